@@ -1,0 +1,205 @@
+// Package drift compares what a pod's VF looks like now with what ADD
+// recorded (or what the chain's result says). CHECK and the drift monitor
+// share it, so both report the same reasons in the same words.
+package drift
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/vfnet"
+)
+
+// ErrNetnsGone reports that the attachment's network namespace vanished.
+var ErrNetnsGone = vfnet.ErrNetnsGone
+
+// Reason names one kind of drift; the values are metric label values too.
+type Reason string
+
+// Every drift reason.
+const (
+	Missing        Reason = "missing"
+	Renamed        Reason = "renamed"
+	AltNameMissing Reason = "altname-missing"
+	MAC            Reason = "mac"
+	GUID           Reason = "guid"
+	MTU            Reason = "mtu"
+	LinkLayer      Reason = "link-layer"
+	PortDown       Reason = "port-down"
+)
+
+// Reasons lists every reason, for metrics that must show zeros.
+var Reasons = []Reason{Missing, Renamed, AltNameMissing, MAC, GUID, MTU, LinkLayer, PortDown}
+
+// Finding is one drift with a human-readable detail.
+type Finding struct {
+	Reason Reason
+	Detail string
+}
+
+func (f Finding) String() string { return string(f.Reason) + ": " + f.Detail }
+
+// Expect is what the attachment should look like.
+type Expect struct {
+	PCI, Netns, IfName, AltName string
+	MAC                         string // "" = no expectation
+	MTU                         int    // 0 = no expectation
+	LinkLayer                   string // "" = no expectation
+	NodeGUID                    string // "" = no expectation
+	CheckPort                   bool
+}
+
+// FromRecord builds the expectation ADD left behind.
+func FromRecord(r *state.Record) Expect {
+	return Expect{
+		PCI: r.PCI, Netns: r.Netns, IfName: r.IfName, AltName: r.AltName,
+		MAC: r.MAC, MTU: r.MTU, LinkLayer: r.LinkLayer, NodeGUID: r.NodeGUID,
+		CheckPort: r.PortPolicy != "ignore",
+	}
+}
+
+// Observation is what the VF looks like now.
+type Observation struct {
+	Found     bool
+	Present   []string // the netns's links, when the VF is missing
+	Name      string
+	AltNames  []string
+	MAC       string
+	MTU       int
+	LinkLayer string
+	Carrier   bool
+	RDMA      []sysfs.RDMADevice
+}
+
+// Observe locates the VF by PCI address in its netns and reads its link and
+// its RDMA devices. A vanished netns yields an error wrapping ErrNetnsGone.
+func Observe(exp Expect, sys sysfs.Reader) (*Observation, error) {
+	obs := &Observation{}
+	err := vfnet.InNetns(exp.Netns, func(h *vfnet.Handle) error {
+		f, err := h.Locate(exp.PCI, exp.AltName)
+		var nf *vfnet.NotFoundError
+		var conflict *vfnet.AltNameConflictError
+		switch {
+		case errors.As(err, &nf):
+			obs.Present = nf.Present
+			return nil
+		case errors.As(err, &conflict):
+			obs.Present = []string{conflict.Error()}
+			return nil
+		case err != nil:
+			return err
+		}
+		rdma, err := sys.RDMADevices(exp.PCI)
+		if err != nil {
+			return err
+		}
+		obs = ObserveLink(f.Link, rdma)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return obs, nil
+}
+
+// ObserveLink builds an observation from a located link and the VF's RDMA
+// devices; the RDMA port's link layer wins over the netdev's when present.
+func ObserveLink(l netlink.Link, rdma []sysfs.RDMADevice) *Observation {
+	a := l.Attrs()
+	o := &Observation{
+		Found: true, Name: a.Name, AltNames: a.AltNames, MAC: a.HardwareAddr.String(), MTU: a.MTU,
+		LinkLayer: vfnet.LinkLayer(l), Carrier: vfnet.HasCarrier(l), RDMA: rdma,
+	}
+	if ll := rdmaLinkLayer(rdma); ll != "" {
+		o.LinkLayer = ll
+	}
+	return o
+}
+
+// rdmaLinkLayer is the link layer of the first RDMA port, lower-cased, or
+// "" without RDMA: the HCA port is the authority when there is one.
+func rdmaLinkLayer(devs []sysfs.RDMADevice) string {
+	for _, d := range devs {
+		for _, p := range d.Ports {
+			return strings.ToLower(p.LinkLayer)
+		}
+	}
+	return ""
+}
+
+// PortProblem explains why the VF's port cannot pass traffic, or "" when
+// it can: every RDMA port ACTIVE/LinkUp, or carrier on a plain netdev VF.
+func (o *Observation) PortProblem() string {
+	if len(o.RDMA) == 0 {
+		if !o.Carrier {
+			return fmt.Sprintf("%s has no carrier", o.Name)
+		}
+		return ""
+	}
+	for _, d := range o.RDMA {
+		for _, p := range d.Ports {
+			if !p.Active() {
+				return fmt.Sprintf("%s port %d is %s / %s, want 4: ACTIVE / 5: LinkUp", d.Name, p.Num, p.State, p.PhysState)
+			}
+		}
+	}
+	return ""
+}
+
+// NodeGUID is the node GUID of the first RDMA device, or "".
+func (o *Observation) NodeGUID() string {
+	if len(o.RDMA) == 0 {
+		return ""
+	}
+	return o.RDMA[0].NodeGUID.String()
+}
+
+// Compare lists every difference between exp and obs, in Reasons order.
+func Compare(exp Expect, obs *Observation) []Finding {
+	if !obs.Found {
+		return []Finding{{Missing, fmt.Sprintf("VF %s is not in netns %s (it holds: %s)",
+			exp.PCI, exp.Netns, strings.Join(obs.Present, ", "))}}
+	}
+	var out []Finding
+	add := func(r Reason, format string, a ...any) { out = append(out, Finding{r, fmt.Sprintf(format, a...)}) }
+	if obs.Name != exp.IfName {
+		add(Renamed, "VF %s is named %s, expected %s", exp.PCI, obs.Name, exp.IfName)
+	}
+	if exp.AltName != "" && !slices.Contains(obs.AltNames, exp.AltName) {
+		add(AltNameMissing, "VF %s lacks altname %s (has: %s)", exp.PCI, exp.AltName, strings.Join(obs.AltNames, ", "))
+	}
+	if exp.MAC != "" && !strings.EqualFold(exp.MAC, obs.MAC) {
+		add(MAC, "VF %s MAC is %s, expected %s", exp.PCI, obs.MAC, exp.MAC)
+	}
+	if g := obs.NodeGUID(); exp.NodeGUID != "" && g != exp.NodeGUID {
+		add(GUID, "VF %s node GUID is %s, expected %s", exp.PCI, g, exp.NodeGUID)
+	}
+	if exp.MTU != 0 && obs.MTU != exp.MTU {
+		add(MTU, "VF %s MTU is %d, expected %d", exp.PCI, obs.MTU, exp.MTU)
+	}
+	if exp.LinkLayer != "" && obs.LinkLayer != exp.LinkLayer {
+		add(LinkLayer, "VF %s link layer is %s, expected %s", exp.PCI, obs.LinkLayer, exp.LinkLayer)
+	}
+	if exp.CheckPort {
+		if p := obs.PortProblem(); p != "" {
+			add(PortDown, "VF %s: %s", exp.PCI, p)
+		}
+	}
+	return out
+}
+
+// Detect observes a recorded attachment and compares it with its record.
+func Detect(r *state.Record, sys sysfs.Reader) ([]Finding, error) {
+	exp := FromRecord(r)
+	obs, err := Observe(exp, sys)
+	if err != nil {
+		return nil, err
+	}
+	return Compare(exp, obs), nil
+}

@@ -1,0 +1,369 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+	"github.com/vishvananda/netlink"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/vfnet"
+)
+
+// portPollInterval is the sleep between port state reads while ADD waits.
+const portPollInterval = 25 * time.Millisecond
+
+// attachment is what ADD learns and decides about one VF, step by step.
+type attachment struct {
+	args    *skel.CmdArgs
+	prev    *current.Result
+	pci     string
+	vf      *sysfs.VF
+	altName string
+	foundAs string
+	added   bool // we added the altname
+	link    netlink.Link
+	obs     *drift.Observation
+	undo    []func()
+}
+
+func (a *attachment) onUndo(f func()) { a.undo = append(a.undo, f) }
+
+func (a *attachment) rollback() {
+	for _, f := range slices.Backward(a.undo) {
+		f()
+	}
+}
+
+// Add runs ADD: parse, host facts, locate, repair, verify, record, result.
+// Every change in the pod netns registers its undo; a failure at any later
+// step runs them all, inside the netns, before ADD returns.
+func (p *Plugin) Add(args *skel.CmdArgs) error {
+	a, err := p.prepare(args)
+	if err != nil {
+		return err
+	}
+	unlock, err := p.store.LockVF(a.pci)
+	if err != nil {
+		return cniErr(types.ErrIOFailure, "VF %s: %v", a.pci, err)
+	}
+	defer unlock()
+	if err := p.readHostFacts(a); err != nil {
+		return err
+	}
+	err = vfnet.InNetns(args.Netns, func(h *vfnet.Handle) (err error) {
+		defer func() {
+			if err != nil {
+				a.rollback()
+			}
+		}()
+		for _, step := range []func(*vfnet.Handle, *attachment) error{
+			p.locateVF, p.repairName, p.ensureAltName, p.verify, p.recordAttachment,
+		} {
+			if err := step(h, a); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, vfnet.ErrNetnsGone) {
+		return cniErr(types.ErrInvalidEnvironmentVariables, "VF %s: pod netns %s does not exist", a.pci, args.Netns)
+	}
+	if err != nil {
+		return asCNIError(err, a)
+	}
+	res := correctResult(a.prev, current.Interface{
+		Name: args.IfName, Mac: a.obs.MAC, Mtu: a.obs.MTU, Sandbox: args.Netns, PciID: a.pci,
+	})
+	p.log.Info("attached", "vf", a.pci, "netns", args.Netns, "ifname", args.IfName, "foundAs", a.foundAs,
+		"altname", a.altName, "mac", a.obs.MAC)
+	return types.PrintResult(res, p.conf.CNIVersion)
+}
+
+// prepare checks what ADD needs before touching anything: runtime
+// arguments, a prevResult, and the VF's PCI address.
+func (p *Plugin) prepare(args *skel.CmdArgs) (*attachment, error) {
+	if err := checkArgs(args); err != nil {
+		return nil, err
+	}
+	if p.conf.RawPrevResult == nil {
+		return nil, cniErr(types.ErrInvalidNetworkConfig, "%s must be chained after sriov-cni, ib-sriov-cni or host-device: "+
+			"no prevResult in the configuration (network %s)", Name, p.conf.Name)
+	}
+	prev, err := parsePrevResult(p.conf)
+	if err != nil {
+		return nil, err
+	}
+	pci, source, err := resolvePCI(p.conf, prev, args.Netns, args.IfName)
+	if err != nil {
+		return nil, cniErr(types.ErrInvalidNetworkConfig, "%v", err)
+	}
+	p.log.Debug("resolved VF", "vf", pci, "from", source)
+	return &attachment{args: args, prev: prev, pci: pci}, nil
+}
+
+func checkArgs(args *skel.CmdArgs) error {
+	if err := config.ValidateIfName(args.IfName); err != nil {
+		return cniErr(types.ErrInvalidEnvironmentVariables, "CNI_IFNAME is not a valid interface name: %v", err)
+	}
+	if err := config.ValidateKeyPart("CNI_CONTAINERID", args.ContainerID); err != nil {
+		return cniErr(types.ErrInvalidEnvironmentVariables, "%v", err)
+	}
+	return nil
+}
+
+func parsePrevResult(conf *config.NetConf) (*current.Result, error) {
+	if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
+		return nil, cniErr(types.ErrDecodingFailure, "cannot read prevResult (cniVersion %s): %v", conf.CNIVersion, err)
+	}
+	prev, err := current.NewResultFromResult(conf.PrevResult)
+	if err != nil {
+		return nil, cniErr(types.ErrDecodingFailure, "cannot convert prevResult to %s: %v", current.ImplementedSpecVersion, err)
+	}
+	return prev, nil
+}
+
+// readHostFacts reads the VF's PF, index and RDMA devices from sysfs and
+// renders its stable altname.
+func (p *Plugin) readHostFacts(a *attachment) error {
+	vf, err := p.sys.ReadVF(a.pci)
+	if errors.Is(err, sysfs.ErrNoDevice) {
+		return cniErr(ErrVFNotFound, "VF %s: no such PCI device under %s (is deviceID right and sysfsRoot the host's sysfs?)",
+			a.pci, p.sys.PCIPath(a.pci))
+	}
+	if err != nil {
+		return cniErr(types.ErrIOFailure, "VF %s: %v", a.pci, err)
+	}
+	a.vf = vf
+	if a.altName, err = config.RenderAltName(p.conf.AltName, a.pci, vf.PF, vf.Index); err != nil {
+		return cniErr(types.ErrInvalidNetworkConfig, "%v", err)
+	}
+	return nil
+}
+
+// locateVF finds the VF in the pod netns by PCI parent, bus-info or altname.
+func (p *Plugin) locateVF(h *vfnet.Handle, a *attachment) error {
+	f, err := h.Locate(a.pci, a.altName)
+	if err != nil {
+		return err
+	}
+	if f.AltHolder != nil {
+		return cniErr(ErrConflict, "VF %s in netns %s: its altname %s is held by another link, %s",
+			a.pci, h.Netns(), a.altName, f.AltHolder.Attrs().Name)
+	}
+	a.link, a.foundAs = f.Link, f.Link.Attrs().Name
+	p.log.Debug("located VF", "vf", a.pci, "name", a.foundAs, "by", f.By)
+	return nil
+}
+
+// repairName renames the VF to CNI_IFNAME when something (udev, a racing
+// rename) changed it. CNI_IFNAME held by another link is a conflict.
+func (p *Plugin) repairName(h *vfnet.Handle, a *attachment) error {
+	want := a.args.IfName
+	if a.foundAs == want {
+		return nil
+	}
+	holder, err := h.LinkByName(want)
+	if err != nil {
+		return err
+	}
+	if holder != nil {
+		return cniErr(ErrConflict, "VF %s in netns %s is named %s, but %s is held by another link (%s); nothing changed",
+			a.pci, h.Netns(), a.foundAs, want, strings.Join(vfnet.Describe([]netlink.Link{holder}), ""))
+	}
+	if err := h.Rename(a.link, want); err != nil {
+		return err
+	}
+	link := a.link
+	a.onUndo(func() {
+		if l, err := h.Refresh(link); err == nil {
+			_ = h.Rename(l, a.foundAs)
+		}
+	})
+	p.log.Warn("repaired VF name", "vf", a.pci, "netns", h.Netns(), "was", a.foundAs, "now", want)
+	return p.refresh(h, a)
+}
+
+// ensureAltName adds the stable altname when the VF lacks it.
+func (p *Plugin) ensureAltName(h *vfnet.Handle, a *attachment) error {
+	if slices.Contains(a.link.Attrs().AltNames, a.altName) {
+		return nil
+	}
+	if err := h.AddAltName(a.link, a.altName); err != nil {
+		return err
+	}
+	a.added = true
+	link := a.link
+	a.onUndo(func() {
+		if l, err := h.Refresh(link); err == nil {
+			_ = h.DelAltName(l, a.altName)
+		}
+	})
+	return p.refresh(h, a)
+}
+
+func (p *Plugin) refresh(h *vfnet.Handle, a *attachment) error {
+	l, err := h.Refresh(a.link)
+	if err != nil {
+		return err
+	}
+	a.link = l
+	return nil
+}
+
+// verify checks link layer, GUID and MTU, then waits for the port.
+func (p *Plugin) verify(h *vfnet.Handle, a *attachment) error {
+	a.obs = observe(a)
+	if err := p.verifyLinkLayer(a); err != nil {
+		return err
+	}
+	if err := p.verifyGUID(a); err != nil {
+		return err
+	}
+	if err := p.verifyMTU(a); err != nil {
+		return err
+	}
+	return p.verifyPort(h, a)
+}
+
+func observe(a *attachment) *drift.Observation {
+	return drift.ObserveLink(a.link, a.vf.RDMA)
+}
+
+func (p *Plugin) verifyLinkLayer(a *attachment) error {
+	want := p.conf.LinkLayer
+	if want == config.LinkLayerAuto || a.obs.LinkLayer == want {
+		return nil
+	}
+	return cniErr(ErrMismatch, "VF %s in netns %s: link layer is %s, expected %s (port fell back from InfiniBand? check the HCA's link type)",
+		a.pci, a.args.Netns, a.obs.LinkLayer, want)
+}
+
+func (p *Plugin) verifyGUID(a *attachment) error {
+	if p.conf.GUIDPolicy == config.PolicyIgnore || len(a.vf.RDMA) == 0 {
+		return nil
+	}
+	problem := guidProblem(a, p.sys)
+	if problem == "" {
+		return nil
+	}
+	if p.conf.GUIDPolicy == config.PolicyWarn {
+		p.log.Warn("GUID problem, continuing under guidPolicy=warn", "vf", a.pci, "problem", problem)
+		return nil
+	}
+	return cniErr(ErrBadGUID, "VF %s in netns %s: %s", a.pci, a.args.Netns, problem)
+}
+
+// guidProblem explains what is wrong with the VF's node GUIDs, or "".
+func guidProblem(a *attachment, sys sysfs.Reader) string {
+	for _, d := range a.vf.RDMA {
+		if !d.NodeGUID.Valid() {
+			return fmt.Sprintf("%s node GUID is %s, expected an assigned GUID (set it on the PF: ip link set <pf> vf %d node_guid …)",
+				d.Name, d.NodeGUID, a.vf.Index)
+		}
+	}
+	all, err := sys.NodeGUIDs()
+	if err != nil {
+		return fmt.Sprintf("cannot list the node's GUIDs for the duplicate check: %v", err)
+	}
+	for _, d := range a.vf.RDMA {
+		for _, other := range all[d.NodeGUID] {
+			if other != a.pci {
+				return fmt.Sprintf("%s node GUID %s is also held by %s (duplicate GUIDs break the fabric)", d.Name, d.NodeGUID, other)
+			}
+		}
+	}
+	return ""
+}
+
+func (p *Plugin) verifyMTU(a *attachment) error {
+	if p.conf.MTU == 0 || a.obs.MTU == p.conf.MTU {
+		return nil
+	}
+	return cniErr(ErrMismatch, "VF %s in netns %s: MTU is %d, expected %d", a.pci, a.args.Netns, a.obs.MTU, p.conf.MTU)
+}
+
+// verifyPort waits up to portWaitMs, polling, for every RDMA port to be
+// ACTIVE/LinkUp (or, without RDMA, for carrier).
+func (p *Plugin) verifyPort(h *vfnet.Handle, a *attachment) error {
+	if p.conf.PortPolicy == config.PolicyIgnore {
+		return nil
+	}
+	deadline := time.Now().Add(p.conf.PortWait())
+	problem := a.obs.PortProblem()
+	for problem != "" && time.Now().Before(deadline) {
+		time.Sleep(min(portPollInterval, time.Until(deadline)))
+		if err := p.repoll(h, a); err != nil {
+			return err
+		}
+		problem = a.obs.PortProblem()
+	}
+	if problem == "" {
+		return nil
+	}
+	if p.conf.PortPolicy == config.PolicyWarn {
+		p.log.Warn("port not up, continuing under portPolicy=warn", "vf", a.pci, "problem", problem)
+		return nil
+	}
+	return cniErr(ErrPortDown, "VF %s in netns %s: %s after waiting %s", a.pci, a.args.Netns, problem, p.conf.PortWait())
+}
+
+func (p *Plugin) repoll(h *vfnet.Handle, a *attachment) error {
+	if len(a.vf.RDMA) > 0 {
+		rdma, err := p.sys.RDMADevices(a.pci)
+		if err != nil {
+			return err
+		}
+		a.vf.RDMA = rdma
+	} else if err := p.refresh(h, a); err != nil {
+		return err
+	}
+	a.obs = observe(a)
+	return nil
+}
+
+// recordAttachment writes the attachment record; its undo removes it.
+func (p *Plugin) recordAttachment(_ *vfnet.Handle, a *attachment) error {
+	rec := &state.Record{
+		Network: p.conf.Name, ContainerID: a.args.ContainerID, IfName: a.args.IfName, Netns: a.args.Netns,
+		PCI: a.pci, PF: a.vf.PF, VFIndex: a.vf.Index, AltName: a.altName, AddedAltName: a.added,
+		FoundAs: a.foundAs, MAC: a.obs.MAC, MTU: a.obs.MTU, LinkLayer: a.obs.LinkLayer, NodeGUID: a.obs.NodeGUID(),
+		PortPolicy: string(p.conf.PortPolicy), GUIDPolicy: string(p.conf.GUIDPolicy), SysfsRoot: p.conf.SysfsRoot,
+		Created: time.Now().UTC(),
+	}
+	for _, d := range a.vf.RDMA {
+		rec.RDMA = append(rec.RDMA, d.Name)
+	}
+	if err := p.store.Save(rec); err != nil {
+		return cniErr(types.ErrIOFailure, "VF %s: cannot record the attachment: %v", a.pci, err)
+	}
+	a.onUndo(func() { _ = p.store.Delete(rec.Key()) })
+	return nil
+}
+
+// asCNIError turns an error from the netns steps into a CNI error with
+// the plugin's code, keeping CNI errors as they are.
+func asCNIError(err error, a *attachment) error {
+	var cerr *types.Error
+	var nf *vfnet.NotFoundError
+	var conflict *vfnet.AltNameConflictError
+	switch {
+	case errors.As(err, &cerr):
+		return cerr
+	case errors.As(err, &nf):
+		return cniErr(ErrVFNotFound, "%v", nf)
+	case errors.As(err, &conflict):
+		return cniErr(ErrConflict, "%v", conflict)
+	}
+	return cniErr(types.ErrInternal, "VF %s in netns %s: %v", a.pci, a.args.Netns, err)
+}

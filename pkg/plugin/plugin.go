@@ -1,0 +1,89 @@
+// Package plugin implements the sriov-stable-cni verbs: ADD finds the VF by
+// PCI address in the pod netns, repairs its name and altname, verifies it
+// and records it; CHECK reports drift; DEL hands the VF back; GC and STATUS
+// keep the state directory honest.
+package plugin
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
+)
+
+// Name is the plugin's type as written in a network configuration.
+const Name = "sriov-stable-cni"
+
+// Versions are the CNI spec versions the plugin speaks. skel refuses CHECK
+// below 0.4.0 and GC/STATUS below 1.1.0 itself.
+var Versions = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+
+// Plugin holds what one invocation needs.
+type Plugin struct {
+	conf  *config.NetConf
+	log   *slog.Logger
+	sys   sysfs.Reader
+	store *state.Store
+}
+
+// New builds a plugin for one parsed configuration. logOut receives logs
+// when the configuration names no log file.
+func New(conf *config.NetConf, logOut io.Writer) (*Plugin, func()) {
+	out, closeLog := logOut, func() {}
+	if conf.LogFile != "" {
+		if f, err := os.OpenFile(conf.LogFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err == nil {
+			out, closeLog = f, func() { f.Close() }
+		}
+	}
+	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: conf.Level})).With("plugin", Name, "network", conf.Name)
+	return &Plugin{
+		conf:  conf,
+		log:   log,
+		sys:   sysfs.Reader{Root: conf.SysfsRoot},
+		store: state.NewStore(conf.StateDir),
+	}, closeLog
+}
+
+// Funcs wires the verbs for skel. Each verb parses its own configuration:
+// strictly for ADD, CHECK, GC and STATUS, leniently for DEL.
+func Funcs() skel.CNIFuncs {
+	return skel.CNIFuncs{
+		Add:    func(a *skel.CmdArgs) error { return run(a, config.Parse, (*Plugin).Add) },
+		Check:  func(a *skel.CmdArgs) error { return run(a, config.Parse, (*Plugin).Check) },
+		Del:    func(a *skel.CmdArgs) error { return run(a, config.ParseLenient, (*Plugin).Del) },
+		GC:     func(a *skel.CmdArgs) error { return run(a, config.Parse, (*Plugin).GC) },
+		Status: func(a *skel.CmdArgs) error { return run(a, config.Parse, (*Plugin).Status) },
+	}
+}
+
+func run(args *skel.CmdArgs, parse func([]byte) (*config.NetConf, error), verb func(*Plugin, *skel.CmdArgs) error) error {
+	conf, err := parse(args.StdinData)
+	if err != nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+	}
+	p, closeLog := New(conf, os.Stderr)
+	defer closeLog()
+	return verb(p, args)
+}
+
+// Plugin error codes (100 and up are the plugin's own).
+const (
+	ErrVFNotFound uint = 100 // the VF is not in the pod netns (or not in sysfs)
+	ErrConflict   uint = 101 // CNI_IFNAME or the altname is held by another link
+	ErrBadGUID    uint = 102 // GUID zero, all-F or shared with another function
+	ErrPortDown   uint = 103 // port not ACTIVE/LinkUp or no carrier within portWaitMs
+	ErrMismatch   uint = 104 // link layer or MTU differs from the configuration
+	ErrDrift      uint = 105 // CHECK found the attachment changed
+)
+
+func cniErr(code uint, format string, a ...any) *types.Error {
+	return types.NewError(code, fmt.Sprintf(format, a...), "")
+}

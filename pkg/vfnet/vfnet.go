@@ -1,0 +1,264 @@
+// Package vfnet finds and changes a VF's netdev inside a network namespace
+// through one NETLINK_ROUTE handle: locate it by PCI parent, ethtool
+// bus-info or altname (never by ifname alone), rename it, manage its
+// altname and read what the pod sees.
+package vfnet
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// ErrNetnsGone reports a network namespace path that no longer exists.
+var ErrNetnsGone = errors.New("network namespace is gone")
+
+// Handle is a netlink handle bound to the namespace it was opened in.
+type Handle struct {
+	nl   netlinksafe.Handle
+	path string
+}
+
+// InNetns runs fn with a NETLINK_ROUTE handle inside the network namespace
+// at path. A path that does not exist (or is no longer a netns) yields an
+// error wrapping ErrNetnsGone.
+func InNetns(path string, fn func(h *Handle) error) error {
+	err := ns.WithNetNSPath(path, func(ns.NetNS) error {
+		nh, err := netlinksafe.NewHandle(unix.NETLINK_ROUTE)
+		if err != nil {
+			return fmt.Errorf("open netlink in netns %s: %w", path, err)
+		}
+		defer nh.Close()
+		return fn(&Handle{nl: nh, path: path})
+	})
+	var notExist ns.NSPathNotExistErr
+	var notNS ns.NSPathNotNSErr
+	if errors.As(err, &notExist) || errors.As(err, &notNS) {
+		return fmt.Errorf("netns %s: %w", path, ErrNetnsGone)
+	}
+	return err
+}
+
+// Netns is the path the handle was opened in.
+func (h *Handle) Netns() string { return h.path }
+
+// Method says how a VF was found.
+type Method string
+
+// Ways to find a VF, in the order they are tried.
+const (
+	ByParent  Method = "pci-parent"      // IFLA_PARENT_DEV_NAME, kernel >= 5.14
+	ByBusInfo Method = "ethtool-businfo" // ETHTOOL_GDRVINFO bus_info
+	ByAltName Method = "altname"
+)
+
+// Found is the VF's link and how it was identified, with every link of the
+// netns as listed once for the search.
+type Found struct {
+	Link netlink.Link
+	By   Method
+	// AltHolder is the link holding altName when it is not Link (a conflict
+	// the caller reports), nil otherwise.
+	AltHolder netlink.Link
+	All       []netlink.Link
+}
+
+// NotFoundError reports a VF that is not in the namespace, with what is.
+type NotFoundError struct {
+	PCI, AltName, Netns string
+	Present             []string
+}
+
+func (e *NotFoundError) Error() string {
+	return fmt.Sprintf("VF %s (altname %s) not found in netns %s; it holds: %s",
+		e.PCI, e.AltName, e.Netns, strings.Join(e.Present, ", "))
+}
+
+// AltNameConflictError reports an altname held by a link whose PCI parent
+// is another device.
+type AltNameConflictError struct {
+	AltName, Holder, HolderPCI, PCI, Netns string
+}
+
+func (e *AltNameConflictError) Error() string {
+	return fmt.Sprintf("altname %s in netns %s is held by %s, a link of PCI device %s, not of VF %s",
+		e.AltName, e.Netns, e.Holder, e.HolderPCI, e.PCI)
+}
+
+// Locate finds the VF with PCI address pci: first by PCI parent, then by
+// ethtool bus-info, then by altName. It lists the links once.
+func (h *Handle) Locate(pci, altName string) (*Found, error) {
+	links, err := h.nl.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("list links in netns %s: %w", h.path, err)
+	}
+	f := &Found{All: links}
+	var altHolder netlink.Link
+	for _, l := range links {
+		a := l.Attrs()
+		if f.Link == nil && a.ParentDevBus == "pci" && a.ParentDev == pci {
+			f.Link, f.By = l, ByParent
+		}
+		if altName != "" && slices.Contains(a.AltNames, altName) {
+			altHolder = l
+		}
+	}
+	if f.Link == nil {
+		f.Link = h.byBusInfo(links, pci)
+		if f.Link != nil {
+			f.By = ByBusInfo
+		}
+	}
+	switch {
+	case f.Link == nil && altHolder != nil:
+		if p := altHolder.Attrs().ParentDev; p != "" && p != pci {
+			return nil, &AltNameConflictError{AltName: altName, Holder: altHolder.Attrs().Name, HolderPCI: p, PCI: pci, Netns: h.path}
+		}
+		f.Link, f.By = altHolder, ByAltName
+	case f.Link == nil:
+		return nil, &NotFoundError{PCI: pci, AltName: altName, Netns: h.path, Present: Describe(links)}
+	case altHolder != nil && altHolder.Attrs().Index != f.Link.Attrs().Index:
+		f.AltHolder = altHolder
+	}
+	return f, nil
+}
+
+// byBusInfo asks ethtool for the bus-info of links that carry no PCI
+// parent attribute (kernels before 5.14). Virtual links answer with an
+// empty bus-info.
+func (h *Handle) byBusInfo(links []netlink.Link, pci string) netlink.Link {
+	var fd = -1
+	defer func() {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}()
+	for _, l := range links {
+		a := l.Attrs()
+		if a.ParentDev != "" || a.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		if fd < 0 {
+			var err error
+			if fd, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err != nil {
+				return nil
+			}
+		}
+		info, err := unix.IoctlGetEthtoolDrvinfo(fd, a.Name)
+		if err != nil {
+			continue
+		}
+		if unix.ByteSliceToString(info.Bus_info[:]) == pci {
+			return l
+		}
+	}
+	return nil
+}
+
+// Describe lists links as "name(pci=…, altnames=…)" for error messages.
+func Describe(links []netlink.Link) []string {
+	out := make([]string, 0, len(links))
+	for _, l := range links {
+		a := l.Attrs()
+		var extra []string
+		if a.ParentDev != "" {
+			extra = append(extra, a.ParentDevBus+"="+a.ParentDev)
+		}
+		if len(a.AltNames) > 0 {
+			extra = append(extra, "altnames="+strings.Join(a.AltNames, "|"))
+		}
+		if len(extra) == 0 {
+			out = append(out, a.Name)
+			continue
+		}
+		out = append(out, a.Name+"("+strings.Join(extra, ", ")+")")
+	}
+	if len(out) == 0 {
+		out = append(out, "no links")
+	}
+	return out
+}
+
+// LinkByName returns the link named name, or nil when there is none.
+func (h *Handle) LinkByName(name string) (netlink.Link, error) {
+	l, err := h.nl.LinkByName(name)
+	var nf netlink.LinkNotFoundError
+	if errors.As(err, &nf) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up %s in netns %s: %w", name, h.path, err)
+	}
+	return l, nil
+}
+
+// Refresh re-reads a link by index.
+func (h *Handle) Refresh(l netlink.Link) (netlink.Link, error) {
+	nl, err := h.nl.LinkByIndex(l.Attrs().Index)
+	if err != nil {
+		return nil, fmt.Errorf("read link %s (index %d) in netns %s: %w", l.Attrs().Name, l.Attrs().Index, h.path, err)
+	}
+	return nl, nil
+}
+
+// Rename gives the link a new name, taking it down first when it is up
+// and restoring the up state after. Equivalent to:
+// ip link set dev $old down; ip link set dev $old name $new; ip link set dev $new up
+func (h *Handle) Rename(l netlink.Link, name string) error {
+	old := l.Attrs().Name
+	wasUp := l.Attrs().Flags&net.FlagUp != 0
+	if wasUp {
+		if err := h.nl.LinkSetDown(l); err != nil {
+			return fmt.Errorf("set %s down in netns %s: %w", old, h.path, err)
+		}
+	}
+	err := h.nl.LinkSetName(l, name)
+	if err != nil {
+		err = fmt.Errorf("rename %s to %s in netns %s: %w", old, name, h.path, err)
+	}
+	if wasUp {
+		if uerr := h.nl.LinkSetUp(l); uerr != nil && err == nil {
+			err = fmt.Errorf("set %s up again in netns %s: %w", name, h.path, uerr)
+		}
+	}
+	return err
+}
+
+// AddAltName adds an alternative name.
+// Equivalent to: ip link property add dev $link altname $name
+func (h *Handle) AddAltName(l netlink.Link, name string) error {
+	if err := h.nl.LinkAddAltName(l, name); err != nil {
+		return fmt.Errorf("add altname %s to %s in netns %s: %w", name, l.Attrs().Name, h.path, err)
+	}
+	return nil
+}
+
+// DelAltName removes an alternative name.
+// Equivalent to: ip link property del dev $link altname $name
+func (h *Handle) DelAltName(l netlink.Link, name string) error {
+	if err := h.nl.LinkDelAltName(l, name); err != nil {
+		return fmt.Errorf("remove altname %s from %s in netns %s: %w", name, l.Attrs().Name, h.path, err)
+	}
+	return nil
+}
+
+// HasCarrier reports IFF_LOWER_UP: the device has link.
+func HasCarrier(l netlink.Link) bool {
+	return l.Attrs().RawFlags&unix.IFF_LOWER_UP != 0
+}
+
+// LinkLayer is "infiniband" for IPoIB links (ARPHRD_INFINIBAND) and
+// "ethernet" otherwise.
+func LinkLayer(l netlink.Link) string {
+	if l.Attrs().EncapType == "infiniband" {
+		return "infiniband"
+	}
+	return "ethernet"
+}
