@@ -268,8 +268,8 @@ func (p *Plugin) verifyGUID(a *attachment) error {
 func guidProblem(a *attachment, sys sysfs.Reader) string {
 	for _, d := range a.vf.RDMA {
 		if !d.NodeGUID.Valid() {
-			return fmt.Sprintf("%s node GUID is %s, expected an assigned GUID (set it on the PF: ip link set <pf> vf %d node_guid …)",
-				d.Name, d.NodeGUID, a.vf.Index)
+			return fmt.Sprintf("%s node GUID is %s, expected an assigned GUID (assign it through PF %s, VF index %d, "+
+				"before kubelet starts: see hostconfig)", d.Name, d.NodeGUID, a.vf.PF, a.vf.Index)
 		}
 	}
 	all, err := sys.NodeGUIDs()
