@@ -354,3 +354,23 @@ func Describe(l netlink.Link) string {
 	a := l.Attrs()
 	return fmt.Sprintf("%s(mac=%s mtu=%d altnames=%s alias=%s)", a.Name, a.HardwareAddr, a.MTU, strings.Join(a.AltNames, ","), a.Alias)
 }
+
+// Exec runs a plugin binary directly, as a runtime does (CNI_* environment,
+// config on stdin), and returns its stdout and the CNI error code it
+// printed (0 on success).
+func Exec(tb TB, plugin, command, containerID, netns, ifName string, stdin []byte) (string, uint) {
+	tb.Helper()
+	cmd := exec.Command(plugin)
+	cmd.Env = []string{"CNI_COMMAND=" + command, "CNI_CONTAINERID=" + containerID, "CNI_NETNS=" + netns,
+		"CNI_IFNAME=" + ifName, "CNI_PATH=" + filepath.Dir(plugin), "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Stdin = strings.NewReader(string(stdin))
+	out, err := cmd.Output()
+	if err == nil {
+		return string(out), 0
+	}
+	var e types.Error
+	if jerr := json.Unmarshal(out, &e); jerr != nil {
+		tb.Fatalf("%s %s: %v, output not a CNI error: %s", plugin, command, err, out)
+	}
+	return string(out), e.Code
+}

@@ -4,69 +4,60 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 )
 
-// ProgramTB lets a plain program (the demo, the bench) use the harness: it
-// fails by panicking with a *Failure, keeps temp dirs and runs cleanups in
-// reverse order on Close.
+// ProgramTB is the TB of a program rather than a test (the demo, the
+// bench): Logf prints to stderr, Fatalf prints, runs the cleanups and exits
+// 1, and Close runs the cleanups registered so far, last first.
 type ProgramTB struct {
+	mu       sync.Mutex
 	cleanups []func()
-	dirs     []string
 }
 
-// Failure is what ProgramTB.Fatalf panics with.
-type Failure struct{ Msg string }
-
-func (f *Failure) Error() string { return f.Msg }
-
-// NewProgramTB returns a TB for a program; call Close when done.
+// NewProgramTB returns a ProgramTB; defer its Close.
 func NewProgramTB() *ProgramTB { return &ProgramTB{} }
 
-// Helper does nothing: there is no test runner to hide frames from.
+// Helper does nothing: a program has no test log to attribute lines in.
 func (p *ProgramTB) Helper() {}
 
-// Fatalf panics with a *Failure; Run turns it back into an error.
-func (p *ProgramTB) Fatalf(format string, args ...any) {
-	panic(&Failure{Msg: fmt.Sprintf(format, args...)})
+// Logf prints a line to stderr.
+func (p *ProgramTB) Logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, format+"\n", args...)
 }
 
-// Logf prints to stderr.
-func (p *ProgramTB) Logf(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+// Fatalf prints the message, cleans up and exits 1. Safe from any
+// goroutine: the first caller cleans up, and the process ends.
+func (p *ProgramTB) Fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "fatal: "+format+"\n", args...)
+	p.Close()
+	os.Exit(1)
+}
 
-// TempDir makes a directory removed on Close.
+// TempDir makes a directory removed at Close.
 func (p *ProgramTB) TempDir() string {
-	d, err := os.MkdirTemp("", "sriov-stable-")
+	dir, err := os.MkdirTemp("", "sriov-stable-")
 	if err != nil {
 		p.Fatalf("temp dir: %v", err)
 	}
-	p.dirs = append(p.dirs, d)
-	return d
+	p.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
 }
 
-// Cleanup registers f to run on Close.
-func (p *ProgramTB) Cleanup(f func()) { p.cleanups = append(p.cleanups, f) }
+// Cleanup registers f to run at Close.
+func (p *ProgramTB) Cleanup(f func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cleanups = append(p.cleanups, f)
+}
 
-// Close runs the cleanups in reverse order and removes the temp dirs.
+// Close runs the registered cleanups, last registered first, once each.
 func (p *ProgramTB) Close() {
-	for _, f := range slices.Backward(p.cleanups) {
+	p.mu.Lock()
+	fs := p.cleanups
+	p.cleanups = nil
+	p.mu.Unlock()
+	for _, f := range slices.Backward(fs) {
 		f()
 	}
-	for _, d := range p.dirs {
-		os.RemoveAll(d)
-	}
-}
-
-// Run calls f and returns a Fatalf inside it as an error.
-func (p *ProgramTB) Run(f func()) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			if fail, ok := r.(*Failure); ok {
-				err = fail
-				return
-			}
-			panic(r)
-		}
-	}()
-	f()
-	return nil
 }

@@ -1,0 +1,36 @@
+//go:build labguest
+
+package guest
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+)
+
+var (
+	binDir  = flag.String("lab.bin", "/opt/cni/bin", "directory holding host-device, sriov-stable-cni and multus")
+	workDir = flag.String("lab.work", "/tmp/lab", "directory for per-scenario state, caches and plugin logs (kept as artifacts)")
+	numVFs  = flag.Int("lab.vfs", 7, "VFs to create on every PF")
+)
+
+// theLab is discovered once, before any scenario runs, and only read after.
+var theLab *lab
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	// The Multus thin plugin must not look for a Kubernetes API server.
+	os.Unsetenv("KUBERNETES_SERVICE_HOST")
+	os.Unsetenv("KUBERNETES_SERVICE_PORT")
+	start := time.Now()
+	l, err := setUpLab(*numVFs)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "lab setup failed: %v\n", err)
+		os.Exit(1)
+	}
+	theLab = l
+	fmt.Printf("lab: %s in %.1fs\n", l, time.Since(start).Seconds())
+	os.Exit(m.Run())
+}
