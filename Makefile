@@ -9,7 +9,7 @@ GOBUILD  := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 
 export CGO_ENABLED := 0
 
-.PHONY: all build tools demo test test-unit test-integration vet fmt-check lab image bench soak fuzz clean
+.PHONY: all build tools demo test test-quick test-unit test-integration vet fmt-check lab image bench soak fuzz clean
 
 all: build
 
@@ -37,14 +37,32 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 test-unit:
-	$(GO) test -count=1 ./pkg/... ./cmd/...
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v /integration/)
 
 ## test-integration: privileged; each test package re-executes itself in private namespaces.
 test-integration: build tools
 	CNI_TEST_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 20m ./integration/...
 
-## test: every test: vet, format, unit and privileged integration suites.
-test: vet fmt-check test-unit test-integration
+## test-quick: vet, format, unit and privileged integration suites (no QEMU lab).
+test-quick: vet fmt-check test-unit test-integration
+
+## test: every test: test-quick, then the QEMU SR-IOV lab.
+test: test-quick lab
+
+## image: the container image as an OCI archive, built without a container engine (tools/mkimage), then inspected by a test.
+IMAGE             ?= ghcr.io/sriov-stable-cni/sriov-stable-cni
+IMAGE_TAG         ?= $(VERSION)
+IMAGE_TAR         := $(BIN)/sriov-stable-cni-image.tar
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+image: build
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./tools/mkimage -binary $(BIN)/sriov-stable-cni \
+		$$(if [ -x $(BIN)/sriov-stable-agent ]; then echo -agent $(BIN)/sriov-stable-agent; fi) \
+		-ref $(IMAGE):$(IMAGE_TAG) -version $(VERSION) -arch $$($(GO) env GOARCH) -out $(IMAGE_TAR)
+	MKIMAGE_ARCHIVE=$(IMAGE_TAR) MKIMAGE_BINARY=$(BIN)/sriov-stable-cni $(GO) test -count=1 -run '^TestImageArchive$$' ./tools/mkimage
+
+## lab: the QEMU SR-IOV lab (integration/lab/README.md): real igbvf VFs, the chain through libcni and Multus.
+lab:
+	bash integration/lab/run.sh
 
 clean:
 	rm -rf $(BIN)

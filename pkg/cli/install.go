@@ -1,12 +1,15 @@
 package cli
 
 import (
-	"fmt"
 	"io"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/install"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/plugin"
 )
 
-// runInstall is owned by the install work; until it lands the command says so.
+// runInstall copies this binary into a CNI bin dir (the installer
+// DaemonSet's job); the installed copy must report the CNI versions this
+// build supports.
 func runInstall(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "sriov-stable-cni install: not built yet")
-	return 2
+	return install.Run(args, stdout, stderr, plugin.Versions.SupportedVersions())
 }
