@@ -73,8 +73,8 @@ func ValidateAltNameTemplate(tmpl string) error {
 	return err
 }
 
-// ValidateAltName checks the rules for an alternative name: 1 to 127 bytes,
-// not "." or "..", no '/', whitespace or control characters. ':' is refused
+// ValidateAltName checks the rules for an alternative name: 1 to 127 bytes
+// of printable ASCII, not "." or "..", no '/'. ':' is refused
 // too: the kernel would take it in an altname, but systemd.link and
 // /proc/net/dev do not, and hostconfig writes the same names into .link files.
 func ValidateAltName(name string) error {
@@ -95,9 +95,12 @@ func validateName(name string, max int) error {
 	case name == "." || name == "..":
 		return fmt.Errorf("%q, which the kernel rejects", name)
 	}
-	for _, r := range name {
-		if r == '/' || r == ':' || r <= ' ' || r == 0x7f || r == 0x85 || r == 0xa0 || r == 0x2028 || r == 0x2029 {
-			return fmt.Errorf("%q, which contains '/', ':', whitespace or a control character", truncate(name, 40))
+	// Printable ASCII only: the kernel's isspace() also treats byte 0xa0
+	// (inside many UTF-8 sequences) as whitespace, and systemd.link names
+	// are ASCII.
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c <= ' ' || c >= 0x7f || c == '/' || c == ':' {
+			return fmt.Errorf("%q, which contains '/', ':', whitespace, a control or a non-ASCII character", truncate(name, 40))
 		}
 	}
 	return nil

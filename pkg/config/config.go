@@ -5,10 +5,12 @@ package config
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/containernetworking/cni/pkg/types"
 )
@@ -113,14 +115,9 @@ func Parse(stdin []byte) (*NetConf, error) {
 // would reject, so a DEL with a bad config still cleans up. Only bytes that
 // are not a JSON object at all yield an error.
 func ParseLenient(stdin []byte) (*NetConf, error) {
-	conf := &NetConf{}
-	if err := json.Unmarshal(stdin, conf); err != nil {
-		// Fall back to the fields every runtime sends, ignoring bad extras.
-		var base types.PluginConf
-		if err2 := json.Unmarshal(stdin, &base); err2 != nil {
-			return nil, fieldErr("network configuration", "not valid JSON: %v", err)
-		}
-		conf = &NetConf{PluginConf: base}
+	conf, err := decodeSkippingBadFields(stdin)
+	if err != nil {
+		return nil, fieldErr("network configuration", "not valid JSON: %v", err)
 	}
 	applyDefaults(conf)
 	if validatePaths(conf) != nil {
@@ -133,6 +130,36 @@ func ParseLenient(stdin []byte) (*NetConf, error) {
 		conf.PCIAddress, conf.PCISource = addr, src
 	}
 	return conf, nil
+}
+
+// decodeSkippingBadFields decodes stdin into a NetConf, dropping each
+// top-level field whose JSON type is wrong instead of losing them all.
+func decodeSkippingBadFields(stdin []byte) (*NetConf, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(stdin, &fields); err != nil {
+		return nil, err
+	}
+	for range len(fields) + 1 {
+		data, err := json.Marshal(fields)
+		if err != nil {
+			return nil, err
+		}
+		conf := &NetConf{}
+		err = json.Unmarshal(data, conf)
+		var typeErr *json.UnmarshalTypeError
+		if err == nil {
+			return conf, nil
+		}
+		if !errors.As(err, &typeErr) {
+			return nil, err
+		}
+		top, _, _ := strings.Cut(typeErr.Field, ".")
+		if _, ok := fields[top]; !ok {
+			return nil, err
+		}
+		delete(fields, top)
+	}
+	return nil, fmt.Errorf("too many malformed fields")
 }
 
 func applyDefaults(c *NetConf) {
@@ -254,9 +281,14 @@ func staticPCI(c *NetConf) (addr, source string, err error) {
 		}
 		a, err := NormalizePCI(f.name, f.val)
 		if err != nil {
-			return "", "", err
+			return "", "", err // a malformed field is an error even if an earlier one is set
 		}
-		return a, f.name, nil
+		if addr == "" {
+			addr, source = a, f.name
+		}
+	}
+	if addr != "" {
+		return addr, source, nil
 	}
 	if f := c.RuntimeConfig.CNIDeviceInfoFile; f != "" && !strings.HasPrefix(f, "/") {
 		return "", "", fieldErr("runtimeConfig.CNIDeviceInfoFile", "%q is not an absolute path", f)
@@ -308,6 +340,9 @@ func ValidateKeyPart(field, s string) error {
 		return fieldErr(field, "%q contains '..'", s)
 	case strings.ContainsAny(s, "/\\"):
 		return fieldErr(field, "%q contains a path separator", truncate(s, 64))
+	}
+	if !utf8.ValidString(s) {
+		return fieldErr(field, "%q is not valid UTF-8", truncate(s, 64))
 	}
 	for _, r := range s {
 		if r < 0x20 || r == 0x7f {

@@ -82,7 +82,8 @@ func (s *Store) lockDir() string   { return filepath.Join(s.dir, "locks") }
 func fileName(k Key) string {
 	name := escape(k.Network) + "_" + escape(k.ContainerID) + "_" + escape(k.IfName)
 	if len(name) > 200 {
-		sum := sha256.Sum256([]byte(k.Network + "\x00" + k.ContainerID + "\x00" + k.IfName))
+		// The escaped name is one-to-one with the key, so its hash is too.
+		sum := sha256.Sum256([]byte(name))
 		name = "h-" + hex.EncodeToString(sum[:])
 	}
 	return name + ".json"
@@ -197,7 +198,7 @@ func (s *Store) List() ([]*Record, error) {
 	var recs []*Record
 	var errs []error
 	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") {
+		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".tmp-") || strings.HasPrefix(e.Name(), ".probe-") {
 			continue
 		}
 		r, err := readRecord(filepath.Join(s.recordDir(), e.Name()))

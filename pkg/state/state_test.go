@@ -1,0 +1,461 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
+)
+
+func sampleRecord(network, containerID, ifName string) *Record {
+	return &Record{
+		Network: network, ContainerID: containerID, IfName: ifName,
+		Netns: "/var/run/netns/cni-1234", PCI: "0000:18:00.2", PF: "0000:18:00.0", VFIndex: 0,
+		AltName: "vf-0000-18-00.2", AddedAltName: true, FoundAs: "ibp24s0f0v0",
+		MAC: "00:00:10:49:fe:80:00:00:00:00:00:00:a2:88:c2:ff:fe:18:00:00", MTU: 4092, LinkLayer: "infiniband",
+		NodeGUID: "a288:c2ff:fe18:0000", RDMA: []string{"mlx5_10"}, PortPolicy: "require", GUIDPolicy: "require",
+		SysfsRoot: "/sys", Created: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC),
+	}
+}
+
+func TestSaveLoadDelete(t *testing.T) {
+	s := NewStore(t.TempDir())
+	rec := sampleRecord("ib-net", "c0ffee", "net1")
+	if err := s.Save(rec); err != nil {
+		t.Fatalf("Save: %v", err)
+	}
+	if rec.Version != RecordVersion {
+		t.Errorf("Save left Version %d, want %d", rec.Version, RecordVersion)
+	}
+	got, err := s.Load(rec.Key())
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if diff := cmp.Diff(rec, got); diff != "" {
+		t.Errorf("Load after Save (-want +got):\n%s", diff)
+	}
+
+	fi, err := os.Stat(s.Path(rec.Key()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mode := fi.Mode().Perm(); mode != 0o600 {
+		t.Errorf("record mode %o, want 600", mode)
+	}
+	assertOnlyRecords(t, s, 1)
+
+	// Overwrite keeps one file and the new content.
+	rec.MTU = 2044
+	if err := s.Save(rec); err != nil {
+		t.Fatalf("Save again: %v", err)
+	}
+	if got, err := s.Load(rec.Key()); err != nil || got.MTU != 2044 {
+		t.Errorf("Load after overwrite: MTU %v, %v; want 2044", got, err)
+	}
+	assertOnlyRecords(t, s, 1)
+
+	if err := s.Delete(rec.Key()); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if _, err := s.Load(rec.Key()); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Load after Delete: %v, want ErrNotFound", err)
+	}
+	if err := s.Delete(rec.Key()); err != nil {
+		t.Errorf("second Delete: %v, want nil", err)
+	}
+	assertOnlyRecords(t, s, 0)
+}
+
+func TestDeleteAndLoadInEmptyStore(t *testing.T) {
+	s := NewStore(filepath.Join(t.TempDir(), "never-created"))
+	k := Key{"n", "c", "i"}
+	if err := s.Delete(k); err != nil {
+		t.Errorf("Delete in a store that was never written: %v", err)
+	}
+	if _, err := s.Load(k); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Load: %v, want ErrNotFound", err)
+	}
+	if recs, err := s.List(); err != nil || len(recs) != 0 {
+		t.Errorf("List = %v, %v; want empty, nil", recs, err)
+	}
+}
+
+// assertOnlyRecords checks the records directory holds n .json files, no
+// temp files, and that each is 0600.
+func assertOnlyRecords(t *testing.T, s *Store, n int) {
+	t.Helper()
+	entries, err := os.ReadDir(s.recordDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+		if strings.HasPrefix(e.Name(), ".") || !strings.HasSuffix(e.Name(), ".json") {
+			t.Errorf("stray file %q in the records directory", e.Name())
+		}
+	}
+	if len(names) != n {
+		t.Errorf("records directory holds %v, want %d record(s)", names, n)
+	}
+}
+
+// awkwardParts are key parts that must neither escape the records
+// directory nor collide with each other.
+var awkwardParts = []string{
+	"a", "b", "net1", "", ".", "..", "...", "../..", "../../etc/passwd", "/", "/etc", "a/b", "a\\b",
+	"a_b", "a__b", "_", "__", "a%b", "%2F", "%5F", "%", "a\x00b", "\x00", "\x00\x00", "a b", "a\nb",
+	".hidden", "-", "é", "\xff", "~", "*", "a.json", "x.json.tmp",
+	strings.Repeat("l", 100), strings.Repeat("l", 101), strings.Repeat("l", 250), strings.Repeat("l", 5000),
+	strings.Repeat("/", 70), strings.Repeat("\x00", 70), strings.Repeat("_", 67), strings.Repeat("%", 67),
+	strings.Repeat("l", 200) + "\x00", strings.Repeat("l", 200) + "\x00x", "\x00" + strings.Repeat("l", 200),
+}
+
+// awkwardKeys is every combination of awkward parts, plus keys that differ
+// only in where a NUL or '_' splits them.
+func awkwardKeys() []Key {
+	var keys []Key
+	for _, n := range awkwardParts {
+		for _, c := range awkwardParts {
+			for _, i := range []string{"net1", "..", "a\x00", "a", strings.Repeat("i", 300), "_"} {
+				keys = append(keys, Key{n, c, i})
+			}
+		}
+	}
+	long := strings.Repeat("l", 200)
+	return append(keys,
+		Key{"x", "y\x00" + long, "i"}, Key{"x\x00y", long, "i"}, Key{"x\x00y\x00" + long, "", "i"},
+		Key{"x", "y_" + long, "i"}, Key{"x_y", long, "i"},
+		Key{long, "c\x00i", ""}, Key{long, "c", "i"}, Key{long + "\x00c", "i", ""},
+	)
+}
+
+// short shows a key part readably in a failure: long runs are elided.
+func short(k Key) string {
+	f := func(s string) string {
+		if len(s) > 24 {
+			return fmt.Sprintf("%q…(%d bytes)", s[:12], len(s))
+		}
+		return fmt.Sprintf("%q", s)
+	}
+	return "{" + f(k.Network) + ", " + f(k.ContainerID) + ", " + f(k.IfName) + "}"
+}
+
+// TestKeyPaths is a property over the generated key set: every key's file
+// is a usable name directly under the records directory, and distinct keys
+// never share a file.
+func TestKeyPaths(t *testing.T) {
+	s := NewStore(t.TempDir())
+	recordDir := s.recordDir()
+	byPath := map[string]Key{}
+	var collisions []string
+	keys := awkwardKeys()
+	for _, k := range keys {
+		p := s.Path(k)
+		if filepath.Dir(p) != recordDir {
+			t.Errorf("key %s: path %q is not directly under %s", short(k), p, recordDir)
+			continue
+		}
+		base := filepath.Base(p)
+		if base == "." || base == ".." || strings.ContainsAny(base, "/\x00") || len(base) > 255 {
+			t.Errorf("key %s: unusable file name %q", short(k), base)
+			continue
+		}
+		if other, dup := byPath[p]; dup && other != k {
+			collisions = append(collisions, fmt.Sprintf("%s and %s share %s", short(other), short(k), base))
+			continue
+		}
+		byPath[p] = k
+	}
+	if len(collisions) > 0 {
+		t.Errorf("%d of %d keys collide; first ones:\n%s", len(collisions), len(keys),
+			strings.Join(collisions[:min(3, len(collisions))], "\n"))
+	}
+}
+
+// TestKeyRoundTrip saves a record under each of a sample of awkward keys
+// (long, NUL-bearing, dot-leading, escaping-prone) and checks Load and List
+// return exactly them and nothing lands outside the records directory.
+func TestKeyRoundTrip(t *testing.T) {
+	s := NewStore(t.TempDir())
+	recordDir := s.recordDir()
+	saved := map[string]Key{} // by file, so colliding keys (TestKeyPaths) do not fail this test too
+	for i, k := range awkwardKeys() {
+		// JSON cannot carry invalid UTF-8, so such a key cannot round trip
+		// (TestKeyPaths still covers its file name); dot-leading networks
+		// have their own test, TestListReturnsDotLeadingKeys.
+		if i%17 != 0 || !utf8.ValidString(k.String()) || strings.HasPrefix(k.Network, ".") {
+			continue
+		}
+		if err := s.Save(sampleRecord(k.Network, k.ContainerID, k.IfName)); err != nil {
+			t.Fatalf("Save %s: %v", short(k), err)
+		}
+		saved[s.Path(k)] = k
+	}
+	for _, k := range saved {
+		got, err := s.Load(k)
+		if err != nil {
+			t.Errorf("Load %s: %v", short(k), err)
+			continue
+		}
+		if got.Key() != k {
+			t.Errorf("Load %s returned the record of %s", short(k), short(got.Key()))
+		}
+	}
+	recs, err := s.List()
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	listed := map[Key]bool{}
+	for _, r := range recs {
+		listed[r.Key()] = true
+	}
+	var missing []string
+	for _, k := range saved {
+		if !listed[k] {
+			missing = append(missing, fmt.Sprintf("%s (file %.40s)", short(k), filepath.Base(s.Path(k))))
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		t.Errorf("List returned %d of %d saved records; missing e.g.:\n%s", len(recs), len(saved),
+			strings.Join(missing[:min(3, len(missing))], "\n"))
+	}
+	err = filepath.WalkDir(s.Dir(), func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if path != s.Dir() && path != recordDir && filepath.Dir(path) != recordDir {
+			t.Errorf("file outside the records directory: %s", path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestListReturnsDotLeadingKeys: a network or container ID starting with
+// '.' is a valid key part (config.ValidateKeyPart accepts ".x"), so List,
+// which GC relies on, must return its record.
+func TestListReturnsDotLeadingKeys(t *testing.T) {
+	s := NewStore(t.TempDir())
+	k := Key{".ib-net", "c0ffee", "net1"}
+	if err := s.Save(sampleRecord(k.Network, k.ContainerID, k.IfName)); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := s.List()
+	if err != nil || len(recs) != 1 || recs[0].Key() != k {
+		t.Errorf("List after saving %s = %d records, %v; want that record (file %s)",
+			short(k), len(recs), err, filepath.Base(s.Path(k)))
+	}
+}
+
+func TestListSortsSkipsTempAndReportsCorrupt(t *testing.T) {
+	s := NewStore(t.TempDir())
+	for _, k := range []Key{{"net-b", "c1", "net1"}, {"net-a", "c2", "net2"}, {"net-a", "c1", "net1"}} {
+		if err := s.Save(sampleRecord(k.Network, k.ContainerID, k.IfName)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(name, data string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(s.recordDir(), name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(".tmp-123456", "{half a reco")        // a crashed Save
+	write(".tmp-99.json", "{half")              // temp file that happens to end in .json
+	write(".probe-1", "")                       // a crashed Writable
+	write("README", "not a record")             // not ours
+	write("corrupt_c_i.json", "{not json")      // a broken record
+	write("future_c_i.json", `{"version": 99}`) // a record from a newer plugin
+	if err := os.Mkdir(filepath.Join(s.recordDir(), "dir.json"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	recs, err := s.List()
+	var keys []string
+	for _, r := range recs {
+		keys = append(keys, r.Key().String())
+	}
+	if diff := cmp.Diff([]string{"net-a/c1/net1", "net-a/c2/net2", "net-b/c1/net1"}, keys); diff != "" {
+		t.Errorf("List keys (-want +got):\n%s", diff)
+	}
+	if err == nil {
+		t.Fatal("List reported no error for the corrupt records")
+	}
+	for _, name := range []string{"corrupt_c_i.json", "future_c_i.json", "dir.json"} {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("List error does not name %s:\n%v", name, err)
+		}
+	}
+	for _, name := range []string{".tmp-", ".probe-", "README"} {
+		if strings.Contains(err.Error(), name) {
+			t.Errorf("List error mentions %s, which it should have skipped:\n%v", name, err)
+		}
+	}
+}
+
+func TestRecordVersion(t *testing.T) {
+	tests := []struct {
+		name, data string
+		ok         bool
+	}{
+		{"current", fmt.Sprintf(`{"version": %d, "network": "n", "containerID": "c", "ifName": "i"}`, RecordVersion), true},
+		{"version 0", `{"version": 0, "network": "n", "containerID": "c", "ifName": "i"}`, false},
+		{"no version", `{"network": "n", "containerID": "c", "ifName": "i"}`, false},
+		{"negative", `{"version": -1, "network": "n", "containerID": "c", "ifName": "i"}`, false},
+		{"future", fmt.Sprintf(`{"version": %d, "network": "n", "containerID": "c", "ifName": "i"}`, RecordVersion+1), false},
+		{"not JSON", `{"version": 1,`, false},
+		{"empty file", ``, false},
+		{"wrong type", `{"version": "1"}`, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewStore(t.TempDir())
+			k := Key{"n", "c", "i"}
+			if err := os.MkdirAll(s.recordDir(), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(s.Path(k), []byte(tc.data), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			rec, err := s.Load(k)
+			if (err == nil) != tc.ok {
+				t.Fatalf("Load = %+v, %v; want ok=%v", rec, err, tc.ok)
+			}
+			if err != nil && errors.Is(err, ErrNotFound) {
+				t.Errorf("a present but unusable record reads as ErrNotFound: %v", err)
+			}
+		})
+	}
+}
+
+// TestLockVFExcludes holds a VF lock and checks a second locker (another
+// open of the same lock file, as another plugin process would have) waits
+// until it is released.
+func TestLockVFExcludes(t *testing.T) {
+	dir := t.TempDir()
+	first, second := NewStore(dir), NewStore(dir)
+	release, err := first.LockVF("0000:18:00.2")
+	if err != nil {
+		t.Fatalf("LockVF: %v", err)
+	}
+
+	// Deterministic: while held, a non-blocking flock on the lock file fails.
+	if !heldByOther(t, filepath.Join(first.lockDir(), "0000:18:00.2.lock")) {
+		t.Fatal("lock file is not locked while LockVF's lock is held")
+	}
+
+	started, acquired := make(chan struct{}), make(chan func(), 1)
+	go func() {
+		close(started)
+		rel, err := second.LockVF("0000:18:00.2")
+		if err != nil {
+			t.Errorf("second LockVF: %v", err)
+			acquired <- func() {}
+			return
+		}
+		acquired <- rel
+	}()
+	<-started
+	// A locker that did not wait would be done long before this.
+	select {
+	case rel := <-acquired:
+		rel()
+		t.Fatal("second LockVF returned while the first lock was held")
+	case <-time.After(200 * time.Millisecond):
+	}
+
+	// A different VF is not blocked by it.
+	other, err := second.LockVF("0000:18:00.3")
+	if err != nil {
+		t.Fatalf("LockVF of another VF: %v", err)
+	}
+	other()
+
+	release()
+	select {
+	case rel := <-acquired:
+		rel()
+	case <-time.After(10 * time.Second):
+		t.Fatal("second LockVF still waiting 10s after the first lock was released")
+	}
+	if heldByOther(t, filepath.Join(first.lockDir(), "0000:18:00.2.lock")) {
+		t.Error("lock still held after both releases")
+	}
+}
+
+func heldByOther(t *testing.T, path string) bool {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	if err == nil {
+		return false
+	}
+	if !errors.Is(err, unix.EWOULDBLOCK) {
+		t.Fatalf("flock %s: %v", path, err)
+	}
+	return true
+}
+
+func TestLockVFRejects(t *testing.T) {
+	dir := t.TempDir()
+	s := NewStore(dir)
+	for _, pci := range []string{"", "../x", "..", ".", ".hidden", "a/b", "/etc/passwd", "0000:18:00.2\x00", "x/../../y"} {
+		if rel, err := s.LockVF(pci); err == nil {
+			rel()
+			t.Errorf("LockVF(%q) succeeded", pci)
+		}
+	}
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			t.Errorf("rejected lock left %s", path)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWritable(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, dir string
+		ok        bool
+	}{
+		{"existing dir", t.TempDir(), true},
+		{"dir to create", filepath.Join(t.TempDir(), "a", "b"), true},
+		{"under a regular file", filepath.Join(file, "state"), false},
+		{"is a regular file", file, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewStore(tc.dir)
+			err := s.Writable()
+			if (err == nil) != tc.ok {
+				t.Fatalf("Writable() = %v, want ok=%v", err, tc.ok)
+			}
+			if tc.ok {
+				assertOnlyRecords(t, s, 0) // the probe file is gone
+			}
+		})
+	}
+}
