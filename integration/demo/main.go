@@ -38,13 +38,9 @@ func main() {
 		os.Exit(code)
 	}
 	abs, _ := filepath.Abs(*binDir)
-	tb := harness.NewProgramTB()
-	err = tb.Run(func() { demo(tb, abs) })
+	tb := harness.NewProgramTB() // Fatalf cleans up and exits 1
+	demo(tb, abs)
 	tb.Close()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "\ndemo FAILED: %v\n", err)
-		os.Exit(1)
-	}
 	fmt.Println("\ndemo passed: rename repaired, drift caught, clean DEL, zero GUID refused.")
 }
 
