@@ -1,10 +1,12 @@
 #!/bin/sh
 # /init of the SR-IOV lab guest (busybox sh): mount the basics, load the igb
-# PF and igbvf VF drivers, bring the PFs up, mount the host's 9p share, run the
-# scenario binary from it and power off. Lines starting with "sriov-lab:" are
-# read by the host driver (run.sh): "scenarios start" and "exit N".
+# PF and igbvf VF drivers, bring the PFs up, mount the host's two 9p shares
+# (lab: binaries and scenarios, read-only; out: artifacts), run the scenarios
+# and power off. Lines starting with "sriov-lab:" are read by the host driver
+# (run.sh): "scenarios start" and "exit N".
 export PATH=/sbin:/bin:/usr/sbin:/usr/bin
 SHARE=/mnt/lab
+OUT=/mnt/out
 WORK=/tmp/lab
 
 # busybox sh runs its own ip applet even when PATH names another one.
@@ -42,13 +44,16 @@ bring_up_links() {
 	ip -br link
 }
 
-mount_share() {
-	mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 lab "$SHARE" &&
-		cp "$SHARE"/bin/* /opt/cni/bin/
+# mount_shares mounts the read-only share with the page cache on, so each
+# plugin binary crosses 9p once however often it runs.
+mount_shares() {
+	mkdir -p "$OUT" &&
+		mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,cache=loose,ro lab "$SHARE" &&
+		mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 out "$OUT"
 }
 
 run_scenarios() {
-	set -- -test.v -test.count=1 -test.timeout=15m -lab.bin=/opt/cni/bin -lab.work="$WORK"
+	set -- -test.v -test.count=1 -test.timeout=15m -lab.bin="$SHARE/bin" -lab.work="$WORK"
 	while read -r arg; do
 		[ -n "$arg" ] && set -- "$@" "$arg"
 	done <"$SHARE/guest-args"
@@ -56,15 +61,15 @@ run_scenarios() {
 	"$SHARE/guest.test" "$@" 2>&1
 }
 
-# keep_artifacts copies what the scenarios left (plugin logs, state) to the share.
+# keep_artifacts copies what the scenarios left (plugin logs, state) to out/.
 keep_artifacts() {
-	cp -r "$WORK"/. "$SHARE/out/" 2>/dev/null
+	cp -r "$WORK"/. "$OUT/" 2>/dev/null
 	sync
 }
 
 finish() {
 	say "exit $1"
-	umount "$SHARE" 2>/dev/null
+	umount "$OUT" "$SHARE" 2>/dev/null
 	poweroff -f
 	reboot -f
 }
@@ -74,8 +79,7 @@ main() {
 	say "kernel $(uname -r)"
 	load_drivers || { say "loading drivers failed"; finish 2; }
 	bring_up_links || { say "bringing links up failed"; finish 2; }
-	mount_share || { say "mounting the 9p share failed"; finish 2; }
-	say "binaries copied"
+	mount_shares || { say "mounting the 9p shares failed"; finish 2; }
 	run_scenarios
 	rc=$?
 	keep_artifacts

@@ -8,7 +8,7 @@
 # Environment (all optional):
 #   LAB_CACHE    downloads and the unpacked kernel; survives runs
 #                (default /var/cache/sriov-stable-lab)
-#   LAB_WORK     this run's files: initramfs, 9p share, guest.log, out/
+#   LAB_WORK     this run's files: initramfs, share/, out/, guest.log
 #                (default integration/lab/.work)
 #   LAB_RUN      regexp for the guest scenarios, as go test -run (default: all)
 #   LAB_KERNEL   Debian kernel package (default: the one linux-image-amd64 depends on)
@@ -19,7 +19,8 @@ LAB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$LAB_DIR/../.." && pwd)
 CACHE=${LAB_CACHE:-/var/cache/sriov-stable-lab}
 WORK=${LAB_WORK:-$LAB_DIR/.work}
-SHARE=$WORK/share
+SHARE=$WORK/share # read-only in the guest: binaries, scenarios, their arguments
+OUT=$WORK/out     # written by the guest: plugin logs, state, caches per scenario
 LOG=$WORK/guest.log
 TIMEOUT=${LAB_TIMEOUT:-1200}
 # Modules the guest loads at boot; their dependencies are resolved with modinfo.
@@ -62,7 +63,7 @@ qemu_has_igb() {
 
 install_packages() {
 	local need=() p
-	for p in busybox-static kmod cpio iproute2; do
+	for p in busybox-static kmod cpio iproute2 xz-utils; do
 		installed "$p" || need+=("$p")
 	done
 	qemu_has_igb || need+=("qemu-system-x86/bookworm-backports")
@@ -75,14 +76,14 @@ install_packages() {
 }
 
 # kernel_package names the Debian kernel to boot: LAB_KERNEL, else the one
-# already unpacked in the cache, else the one linux-image-amd64 depends on.
+# already unpacked in the cache, else the one linux-image-amd64 depends on
+# (the caller has run apt_update_once for that case).
 kernel_package() {
 	if [ -n "${LAB_KERNEL:-}" ]; then
 		printf '%s' "$LAB_KERNEL"
 	elif [ -s "$CACHE/kernel/current" ]; then
 		cat "$CACHE/kernel/current"
 	else
-		apt_update_once
 		apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/ { print $2; exit }'
 	fi
 }
@@ -91,6 +92,7 @@ kernel_package() {
 # the host's /boot and /lib/modules are never touched.
 fetch_kernel() {
 	local pkg dir
+	if [ -z "${LAB_KERNEL:-}" ] && [ ! -s "$CACHE/kernel/current" ]; then apt_update_once; fi
 	pkg=$(kernel_package)
 	[ -n "$pkg" ] || die "cannot resolve a kernel package from linux-image-amd64"
 	dir=$CACHE/kernel/$pkg
@@ -141,7 +143,8 @@ build_multus() {
 }
 
 build_guest_tests() {
-	(cd "$ROOT" && go test -c -tags labguest -o "$SHARE/guest.test" ./integration/lab/guest) ||
+	(cd "$ROOT" && go vet -tags labguest ./integration/lab/guest &&
+		go test -c -tags labguest -o "$SHARE/guest.test" ./integration/lab/guest) ||
 		die "building the guest scenarios failed"
 	: >"$SHARE/guest-args"
 	if [ -n "${LAB_RUN:-}" ]; then printf -- '-test.run=%s\n' "$LAB_RUN" >>"$SHARE/guest-args"; fi
@@ -199,7 +202,7 @@ stage_binary() {
 
 build_initramfs() {
 	local stage=$WORK/initramfs applet
-	rm -rf "$stage" && mkdir -p "$stage"/{bin,sbin,usr/bin,usr/sbin,dev,proc,sys,run,tmp,mnt/lab,opt/cni/bin,etc}
+	rm -rf "$stage" && mkdir -p "$stage"/{bin,sbin,usr/bin,usr/sbin,dev,proc,sys,run,tmp,mnt/lab,mnt/out,etc}
 	install -m 0755 /bin/busybox "$stage/bin/busybox"
 	for applet in $(/bin/busybox --list-full); do
 		[ "$applet" = bin/busybox ] || ln -sf /bin/busybox "$stage/$applet"
@@ -217,6 +220,8 @@ build_initramfs() {
 
 qemu_args() {
 	local i args=()
+	# TCG always: this machine kind has a /dev/kvm whose nested KVM fails
+	# QEMU's MSR setup, so KVM cannot be probed for by its presence.
 	args+=(-M q35 -cpu max -m 1536 -smp 2 -accel tcg,thread=multi)
 	args+=(-display none -serial stdio -monitor none -no-reboot -nic none)
 	args+=(-kernel "$VMLINUZ" -initrd "$WORK/initramfs.gz" -append "console=ttyS0 panic=-1 quiet")
@@ -225,7 +230,8 @@ qemu_args() {
 		args+=(-device "igb,bus=rp$i,netdev=pf$i,romfile=")
 		args+=(-netdev "user,id=pf$i,restrict=on")
 	done
-	args+=(-virtfs "local,path=$SHARE,mount_tag=lab,security_model=none")
+	args+=(-virtfs "local,path=$SHARE,mount_tag=lab,security_model=none,readonly=on")
+	args+=(-virtfs "local,path=$OUT,mount_tag=out,security_model=none")
 	printf '%s\n' "${args[@]}"
 }
 
@@ -237,8 +243,9 @@ run_guest() {
 	: >"$LOG"
 	rm -f "$WORK/scenarios.start" "$WORK/qemu.rc"
 	{
-		timeout -k 10 "$TIMEOUT" qemu-system-x86_64 "${args[@]}" </dev/null 2>&1
-		echo $? >"$WORK/qemu.rc"
+		local rc=0
+		timeout -k 10 "$TIMEOUT" qemu-system-x86_64 "${args[@]}" </dev/null 2>&1 || rc=$?
+		echo "$rc" >"$WORK/qemu.rc"
 	} | while IFS= read -r line; do
 		line=${line%$'\r'}
 		printf '%s\n' "$line" >>"$LOG"
@@ -269,7 +276,7 @@ summarize_tests() {
 main() {
 	local t0 t1 t2 t3 t4 code
 	mkdir -p "$CACHE" "$WORK"
-	rm -rf "$SHARE" && mkdir -p "$SHARE/bin" "$SHARE/out"
+	rm -rf "$SHARE" "$OUT" && mkdir -p "$SHARE/bin" "$OUT"
 
 	t0=$(now)
 	say "phase install"
@@ -294,7 +301,7 @@ main() {
 	say "scenarios $(elapsed "$t3" "$t4")s"
 	say "total     $(elapsed "$t0" "$t4")s"
 	say "guest log: $LOG"
-	say "guest artifacts: $SHARE/out"
+	say "guest artifacts: $OUT"
 	code=$(guest_exit)
 	summarize_tests
 	if [ -z "$code" ]; then

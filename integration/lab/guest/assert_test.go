@@ -160,7 +160,7 @@ func waitCarrier(path string, v vf, want bool, timeout time.Duration) error {
 
 // restoreLab is every scenario's last cleanup: PFs up, every VF back in the
 // root netns (a VF missing there is a leak and fails the scenario), kernel
-// names and altnames as they were at setup.
+// names and altnames as they were at setup, every VF warmed up again.
 func restoreLab(t testing.TB) {
 	for _, p := range theLab.PFs {
 		if err := setLinkUp(rootNetns, p.Link, true); err != nil {
@@ -179,6 +179,9 @@ func restoreLab(t testing.TB) {
 	}
 	if err := restoreNames(t, links); err != nil {
 		t.Errorf("hygiene: %v", err)
+	}
+	if _, err := warmUp(theLab.allVFs()); err != nil {
+		t.Errorf("hygiene: VFs do not come up: %v", err)
 	}
 }
 

@@ -29,6 +29,10 @@ const (
 	cniVersion  = "1.1.0"
 	// cniTimeout bounds one runtime call (a whole chain) under TCG.
 	cniTimeout = 2 * time.Minute
+	// labPortWaitMs doubles the plugin's 5 s default: under TCG on a busy
+	// CI machine a warmed-up igbvf VF reports carrier 0.1–0.5 s after link
+	// up, but that can stretch (TestLab00Infrastructure logs it).
+	labPortWaitMs = 10000
 )
 
 // env is one scenario's runtime: a libcni handle with its own result cache,
@@ -81,6 +85,7 @@ func (e *env) netConf(v vf, o opts) map[string]any {
 		"stateDir":     e.stateDir,
 		"logFile":      filepath.Join(e.dir, "sriov-stable-cni.log"),
 		"logLevel":     "debug",
+		"portWaitMs":   labPortWaitMs,
 	}
 	maps.Copy(ours, o.plugin)
 	return map[string]any{

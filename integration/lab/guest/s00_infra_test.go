@@ -3,13 +3,15 @@
 package guest
 
 import (
+	"slices"
 	"testing"
+	"time"
 )
 
 // TestLab00Infrastructure proves the lab itself before any scenario leans
-// on it: every PF has its VFs, each VF is a netdev with a PCI parent, and
-// the upstream host-device plugin alone moves a VF by pciBusID into a pod
-// and back through libcni.
+// on it: every PF has its VFs, each VF is a netdev with a PCI parent that
+// gets carrier when set up (the log shows how fast), and the upstream host-device plugin alone moves
+// a VF by pciBusID into a pod and back through libcni.
 func TestLab00Infrastructure(t *testing.T) {
 	e := newEnv(t)
 	for _, p := range theLab.PFs {
@@ -20,6 +22,13 @@ func TestLab00Infrastructure(t *testing.T) {
 			t.Logf("PF %s %s vf %d: %s mac %s", p.PCI, p.Link, v.Index, v, v.MAC)
 		}
 	}
+	logCarrierLatency(t, "first time after VF creation", theLab.firstCarrier)
+	again, err := warmUp(theLab.allVFs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	logCarrierLatency(t, "every later time", again)
+
 	v := theLab.PFs[0].VFs[0]
 	p := newPod(t, "infra")
 	list, err := confList(map[string]any{
@@ -43,4 +52,14 @@ func TestLab00Infrastructure(t *testing.T) {
 		t.Fatalf("host-device named %s %q in the pod, want %q", v, l.Attrs().Name, ifName)
 	}
 	mustDel(t, a)
+}
+
+// logCarrierLatency logs how long VFs took from link up to carrier.
+func logCarrierLatency(t *testing.T, what string, took []time.Duration) {
+	t.Helper()
+	if len(took) == 0 {
+		t.Fatalf("%s: no VF measured", what)
+	}
+	t.Logf("%s, link up to carrier: min %s, max %s", what,
+		slices.Min(took).Round(time.Millisecond), slices.Max(took).Round(time.Millisecond))
 }

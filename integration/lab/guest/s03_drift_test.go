@@ -32,7 +32,7 @@ func TestLab03RenameAfterAddDrift(t *testing.T) {
 	} else {
 		t.Logf("chain CHECK failed as expected: %v", err)
 	}
-	wantCode(t, "CHECK of sriov-stable-cni", a.checkOurs(), 105, rogue)
+	wantCode(t, "CHECK of sriov-stable-cni", a.checkOurs(), 105, v.PCI, rogue)
 
 	mustDel(t, a)
 	host, err := rootLinkOf(v.PCI)
