@@ -28,6 +28,9 @@ type kustomization struct {
 	Kind       string   `json:"kind"`
 	Namespace  string   `json:"namespace"`
 	Resources  []string `json:"resources"`
+	// Components are checked where they live (deploy/monitor: the agent's
+	// tests decode its patch and Service strictly).
+	Components []string `json:"components"`
 	Images     []struct {
 		Name    string `json:"name"`
 		NewName string `json:"newName"`

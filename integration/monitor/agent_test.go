@@ -1,0 +1,476 @@
+package monitor_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
+)
+
+const (
+	network  = "mon-net"
+	pf       = "0000:18:00.0"
+	interval = 200 * time.Millisecond
+	// listen is free: the suite runs in its own network namespace.
+	listen = "127.0.0.1:9808"
+)
+
+// vfAddr is VF i of the fixture PF, numbered as on a ConnectX-7.
+func vfAddr(i int) string { return fmt.Sprintf("0000:18:%02x.%x", (i+2)/8, (i+2)%8) }
+
+// node is the test's node: fixture sysfs, state dir, stand-ins and the pods
+// attached to them through libcni.
+type node struct {
+	t        *testing.T
+	bins     string
+	sys      *sysfstest.Tree
+	stateDir string
+	cacheDir string
+	vfs      []*harness.StandIn
+	pods     []ns.NetNS
+	rts      []*libcni.RuntimeConf
+	chains   []*harness.Chain
+}
+
+// rdmaVF marks the VF that gets an InfiniBand RDMA device.
+const rdmaVF = 1
+
+func newNode(t *testing.T, vfs int) *node {
+	t.Helper()
+	n := &node{t: t, bins: harness.Bins(t), sys: sysfstest.New(t), stateDir: filepath.Join(t.TempDir(), "state"), cacheDir: t.TempDir()}
+	n.sys.AddPF(pf, 16, sysfstest.Device{})
+	for i := range vfs {
+		d := sysfstest.Device{}
+		if i == rdmaVF {
+			d.RDMA = &sysfstest.RDMA{Name: "mlx5_11", NodeGUID: "b83f:d203:00aa:0101", FWVer: "28.43.1014"}
+		}
+		n.sys.AddVF(pf, i, vfAddr(i), d)
+		n.vfs = append(n.vfs, harness.NewStandIn(t, fmt.Sprintf("mv%d", i), vfAddr(i), true))
+	}
+	return n
+}
+
+// attach runs ADD for VF i into a new pod through libcni: host-device moves
+// the stand-in in, sriov-stable-cni verifies it and records the attachment.
+func (n *node) attach(i int) {
+	n.t.Helper()
+	ours := map[string]any{
+		"type": "sriov-stable-cni", "deviceID": vfAddr(i), "pciBusID": vfAddr(i),
+		"sysfsRoot": n.sys.Root, "stateDir": n.stateDir, "portWaitMs": 300,
+		"logFile": filepath.Join(n.stateDir, "..", "plugin.log"),
+	}
+	hostDevice := map[string]any{"type": "host-device", "device": n.vfs[i].Host}
+	chain := harness.NewChainWithCache(n.t, n.bins, n.cacheDir, harness.ConfList("1.1.0", network, hostDevice, ours))
+	pod := harness.NewNetns(n.t)
+	rt := harness.Runtime(fmt.Sprintf("pod-%d", i), pod, "net1", nil)
+	if _, err := chain.Add(rt); err != nil {
+		b, _ := os.ReadFile(filepath.Join(n.stateDir, "..", "plugin.log"))
+		n.t.Fatalf("ADD of VF %s: %v\nplugin log:\n%s", vfAddr(i), err, b)
+	}
+	n.pods, n.rts, n.chains = append(n.pods, pod), append(n.rts, rt), append(n.chains, chain)
+}
+
+// syncBuffer collects the agent's log lines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// lines counts log lines containing every one of parts.
+func (s *syncBuffer) lines(parts ...string) int {
+	n := 0
+	sc := bufio.NewScanner(strings.NewReader(s.String()))
+	for sc.Scan() {
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(sc.Text(), p)
+		}
+		if ok {
+			n++
+		}
+	}
+	return n
+}
+
+type agent struct {
+	t    *testing.T
+	url  string
+	logs *syncBuffer
+}
+
+// agentBin is bin/sriov-stable-agent from `make build` ($CNI_TEST_BIN_DIR),
+// else a fresh build.
+func agentBin(t *testing.T) string {
+	t.Helper()
+	if dir := os.Getenv("CNI_TEST_BIN_DIR"); dir != "" {
+		if p := filepath.Join(dir, "sriov-stable-agent"); fileExists(p) {
+			return p
+		}
+	}
+	_, file, _, _ := runtime.Caller(0)
+	out := filepath.Join(t.TempDir(), "sriov-stable-agent")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/sriov-stable-agent")
+	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the agent: %v\n%s", err, b)
+	}
+	return out
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// startAgent runs `sriov-stable-agent monitor` as the DaemonSet would, with
+// a short interval, and stops it with SIGTERM at cleanup.
+func startAgent(t *testing.T, n *node, extra ...string) *agent {
+	t.Helper()
+	a := &agent{t: t, url: "http://" + listen, logs: &syncBuffer{}}
+	args := append([]string{"monitor",
+		"--state-dir", n.stateDir, "--sysfs-root", n.sys.Root, "--listen", listen,
+		"--interval", interval.String(), "--check-timeout", "100ms", "--stale-grace", "1s",
+		"--doctor-interval", interval.String(), "--kmsg", "", "--log-level", "info",
+	}, extra...)
+	// Run it with only the capability the DaemonSet grants it (SYS_ADMIN, for
+	// setns), as the manifest in deploy/monitor claims is enough.
+	argv := append([]string{agentBin(t)}, args...)
+	if setpriv, err := exec.LookPath("setpriv"); err == nil {
+		argv = append([]string{setpriv, "--bounding-set=-all,+sys_admin", "--inh-caps=-all", "--"}, argv...)
+	} else {
+		t.Logf("no setpriv here (%v): the agent runs with every capability", err)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = a.logs, a.logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start agent: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("agent exited with %v after SIGTERM\n%s", err, a.logs)
+			}
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Errorf("agent did not stop within 10s of SIGTERM\n%s", a.logs)
+		}
+		if t.Failed() {
+			t.Logf("agent log:\n%s", a.logs)
+		}
+	})
+	a.waitFor("the agent to be ready", func(metrics) bool {
+		code, _ := a.get("/readyz")
+		return code == http.StatusOK
+	})
+	return a
+}
+
+func (a *agent) get(path string) (int, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, a.url+path, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// metrics maps series (name{label="value",…} with labels sorted, as the
+// text format prints them) to values.
+type metrics map[string]float64
+
+func parseMetrics(text string) metrics {
+	m := metrics{}
+	for _, line := range strings.Split(text, "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			m[line[:i]] = v
+		}
+	}
+	return m
+}
+
+// series formats name{k="v",…} with the labels sorted by name.
+func series(name string, kv ...string) string {
+	if len(kv) == 0 {
+		return name
+	}
+	var pairs []string
+	for i := 0; i+1 < len(kv); i += 2 {
+		pairs = append(pairs, fmt.Sprintf("%s=%q", kv[i], kv[i+1]))
+	}
+	sort.Strings(pairs)
+	return name + "{" + strings.Join(pairs, ",") + "}"
+}
+
+func (a *agent) scrape() metrics {
+	a.t.Helper()
+	code, body := a.get("/metrics")
+	if code != http.StatusOK {
+		a.t.Fatalf("GET /metrics: %d %s", code, body)
+	}
+	return parseMetrics(body)
+}
+
+// waitFor polls /metrics until cond holds, for at most 15s (the machine is
+// shared; the sweep-count assertions below are what bound the latency).
+func (a *agent) waitFor(what string, cond func(metrics) bool) metrics {
+	a.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var m metrics
+		if code, body := a.get("/metrics"); code == http.StatusOK {
+			m = parseMetrics(body)
+		}
+		if m != nil && cond(m) {
+			return m
+		}
+		if time.Now().After(deadline) {
+			a.t.Fatalf("timed out waiting for %s\nlast scrape: %v\nagent log:\n%s", what, m, a.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+const sweeps = "sriov_stable_sweeps_total"
+
+func drift(reason string) string {
+	return series("sriov_stable_attachment_drift", "network", network, "reason", reason)
+}
+
+func attachments(status string) string {
+	return series("sriov_stable_attachments", "network", network, "status", status)
+}
+
+// withinOneInterval waits for cond and asserts that the first sweep
+// started after the change saw it: at most two sweeps complete between the
+// change and the metric moving (one possibly in flight at the change, then
+// the next full one).
+func (a *agent) withinOneInterval(what string, before float64, cond func(metrics) bool) {
+	a.t.Helper()
+	start := time.Now()
+	m := a.waitFor(what, cond)
+	if got := m[sweeps]; got > before+2 {
+		a.t.Errorf("%s: seen only after %v sweeps, want it caught by the first sweep after the change (≤ 2)", what, got-before)
+	}
+	a.t.Logf("%s: seen %v after the change (%v sweeps, interval %v)", what, time.Since(start).Round(time.Millisecond), m[sweeps]-before, interval)
+}
+
+func TestMonitorEndToEnd(t *testing.T) {
+	n := newNode(t, 3)
+	for i := range 3 {
+		n.attach(i)
+	}
+	a := startAgent(t, n)
+	a.waitFor("3 healthy attachments", func(m metrics) bool { return m[attachments("ok")] == 3 })
+
+	// 1. A rename inside the pod (what udev or a second CNI does) shows up
+	//    as drift within one interval, and its recovery too.
+	before := a.scrape()[sweeps]
+	harness.RenameIn(t, n.pods[0], "net1", "eth9")
+	a.withinOneInterval("renamed drift", before, func(m metrics) bool { return m[drift("renamed")] == 1 && m[attachments("drifted")] == 1 })
+	before = a.scrape()[sweeps]
+	harness.RenameIn(t, n.pods[0], "eth9", "net1")
+	a.withinOneInterval("renamed recovery", before, func(m metrics) bool { return m[drift("renamed")] == 0 && m[attachments("ok")] == 3 })
+
+	// 2. The VF loses its carrier (its link partner goes down): port-down.
+	before = a.scrape()[sweeps]
+	n.vfs[0].SetCarrier(t, false)
+	a.withinOneInterval("port-down drift", before, func(m metrics) bool { return m[drift("port-down")] == 1 })
+	before = a.scrape()[sweeps]
+	n.vfs[0].SetCarrier(t, true)
+	a.withinOneInterval("port-down recovery", before, func(m metrics) bool { return m[drift("port-down")] == 0 && m[attachments("ok")] == 3 })
+
+	// 3. One attachment whose check hangs (its RDMA device's sysfs read
+	//    blocks, as on a wedged HCA) times out without stalling the sweep:
+	//    a rename elsewhere is still caught within one interval.
+	unblock := hangSysfsRead(t, n.sys.DevicePath(vfAddr(rdmaVF))+"/infiniband/mlx5_11/node_guid")
+	a.waitFor("the hanging attachment to time out", func(m metrics) bool {
+		return m["sriov_stable_check_timeouts_total"] >= 1 && m[attachments("unknown")] == 1
+	})
+	before = a.scrape()[sweeps]
+	harness.RenameIn(t, n.pods[0], "net1", "eth9")
+	a.withinOneInterval("renamed drift beside a hanging check", before, func(m metrics) bool { return m[drift("renamed")] == 1 })
+	if d := a.scrape()["sriov_stable_last_sweep_duration_seconds"]; d > 0.5 {
+		t.Errorf("a sweep with one hanging attachment took %.3fs, want about the 100ms check timeout", d)
+	}
+	harness.RenameIn(t, n.pods[0], "eth9", "net1")
+	unblock()
+	a.waitFor("every attachment checkable and healthy again", func(m metrics) bool {
+		return m[attachments("ok")] == 3 && m[drift("renamed")] == 0
+	})
+
+	// 4. A pod sandbox torn down without DEL: stale, then removed after the
+	//    1s grace period.
+	stalePath := n.rts[2].NetNS
+	harness.RemoveNetns(t, n.pods[2])
+	a.waitFor("a stale attachment", func(m metrics) bool { return m[attachments("stale")] == 1 })
+	a.waitFor("the stale record to be removed", func(m metrics) bool {
+		return m["sriov_stable_stale_records_removed_total"] == 1 && m[attachments("stale")] == 0 && m[attachments("ok")] == 2
+	})
+	if recs, _ := filepath.Glob(filepath.Join(n.stateDir, "attachments", "*pod-2*")); len(recs) != 0 {
+		t.Errorf("the stale record of %s is still there: %v", stalePath, recs)
+	}
+
+	// 5. DEL through libcni removes the attachment from the metrics.
+	if err := n.chains[1].Del(n.rts[1]); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	a.waitFor("the deleted attachment to leave the metrics", func(m metrics) bool { return m[attachments("ok")] == 1 })
+
+	// 6. The doctor's findings about the fixture node are gauges: it has no
+	//    mlx5_core module loaded.
+	m := a.scrape()
+	if m[series("sriov_stable_doctor_finding", "check", "driver-loaded", "severity", "error", "subject", "mlx5_core")] != 1 ||
+		m["sriov_stable_doctor_up"] != 1 {
+		t.Errorf("doctor gauges missing: %v", m)
+	}
+
+	// Each drift and each recovery was logged exactly once.
+	for _, want := range []struct {
+		msg, reason string
+		n           int
+	}{
+		{"drift detected", "reason=renamed", 2},
+		{"drift recovered", "reason=renamed", 2},
+		{"drift detected", "reason=port-down", 1},
+		{"drift recovered", "reason=port-down", 1},
+	} {
+		if got := a.logs.lines(`msg="`+want.msg+`"`, want.reason); got != want.n {
+			t.Errorf("%d log lines %q %s, want %d", got, want.msg, want.reason, want.n)
+		}
+	}
+
+	checkDocumentedSeries(t, a)
+}
+
+// hangSysfsRead replaces a sysfs attribute with a FIFO, so reading it blocks
+// until a writer comes, and returns the function that restores the file and
+// releases the reader.
+func hangSysfsRead(t *testing.T, path string) (unblock func()) {
+	t.Helper()
+	content, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := path + ".held"
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(path, 0o644); err != nil {
+		t.Fatalf("mkfifo: %v", err)
+	}
+	if err := os.Link(path, held); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	unblock = func() {
+		once.Do(func() {
+			// Put the regular file back first, so no new check opens the FIFO,
+			// then feed the reader that is blocked on it.
+			tmp := path + ".tmp"
+			if err := os.WriteFile(tmp, content, 0o644); err != nil {
+				t.Error(err)
+			}
+			if err := os.Rename(tmp, path); err != nil {
+				t.Error(err)
+			}
+			f, err := os.OpenFile(held, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+			if err == nil {
+				_, _ = f.Write(content)
+				f.Close()
+			}
+			os.Remove(held)
+		})
+	}
+	t.Cleanup(unblock)
+	return unblock
+}
+
+// checkDocumentedSeries scrapes /metrics with curl, as an operator or
+// Prometheus would, and checks that every sriov_stable_* series the docs
+// name is served.
+func checkDocumentedSeries(t *testing.T, a *agent) {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	doc, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "docs", "doctor-and-monitor.md"))
+	if err != nil {
+		t.Fatalf("read the documented metrics: %v", err)
+	}
+	documented := map[string]bool{}
+	for _, f := range strings.FieldsFunc(string(doc), func(r rune) bool {
+		return !(r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9')
+	}) {
+		if strings.HasPrefix(f, "sriov_stable_") {
+			documented[f] = true
+		}
+	}
+	if len(documented) < 10 {
+		t.Fatalf("the docs name only %d sriov_stable_* series", len(documented))
+	}
+	body := ""
+	if curl, err := exec.LookPath("curl"); err == nil {
+		out, err := exec.Command(curl, "-sSf", a.url+"/metrics").Output()
+		if err != nil {
+			t.Fatalf("curl /metrics: %v", err)
+		}
+		body = string(out)
+	} else {
+		t.Logf("no curl binary here (%v); scraping with net/http", err)
+		_, body = a.get("/metrics")
+	}
+	served := map[string]bool{}
+	for s := range parseMetrics(body) {
+		name, _, _ := strings.Cut(s, "{")
+		served[name] = true
+	}
+	for name := range documented {
+		if !served[name] {
+			t.Errorf("documented series %s is not served", name)
+		}
+	}
+	for name := range served {
+		if strings.HasPrefix(name, "sriov_stable_") && !documented[name] {
+			t.Errorf("served series %s is not documented", name)
+		}
+	}
+}

@@ -1,0 +1,145 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/hostconfig"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
+)
+
+func runHostconfigCmd(args ...string) (code int, stdout, stderr string) {
+	var out, errOut strings.Builder
+	code = runHostconfig(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func writeSpec(t *testing.T, yaml string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "node.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestHostconfigUsage(t *testing.T) {
+	spec := writeSpec(t, "vfs: 8\npfs: [{pci: 0000:18:00.0, vfOffset: 2, vfStride: 1}]\n")
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no spec", []string{"--out", t.TempDir()}, 2, "--spec is required"},
+		{"neither out nor check", []string{"--spec", spec}, 2, "give either --out DIR or --check"},
+		{"both", []string{"--spec", spec, "--out", t.TempDir(), "--check"}, 2, "give either --out DIR or --check"},
+		{"json without check", []string{"--spec", spec, "--out", t.TempDir(), "--json"}, 2, "--json goes with --check"},
+		{"stray argument", []string{"--spec", spec, "--check", "extra"}, 2, `unexpected argument "extra"`},
+		{"unknown flag", []string{"--specs", spec}, 2, "flag provided but not defined: -specs"},
+		{"help", []string{"--help"}, 0, "sriov-stable-cni hostconfig --spec node.yaml --out DIR"},
+		{"missing spec file", []string{"--spec", filepath.Join(t.TempDir(), "none.yaml"), "--check"}, 1, "read spec: open"},
+		{"bad spec", []string{"--spec", writeSpec(t, "vfs: 8\nlinkType: roce\npfs: [{pci: 0000:18:00.0}]\n"), "--check"}, 1,
+			`node.yaml: invalid hostconfig spec: linkType: "roce" is not one of infiniband, ethernet, auto`},
+		{"unresolvable offline", []string{"--spec", writeSpec(t, "vfs: 8\npfs: [{pci: 0000:18:00.0}]\n"), "--out", t.TempDir()}, 1,
+			"VF addresses unknown: run with --sysfs-root /sys on the node, or set vfOffset and vfStride"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := runHostconfigCmd(tc.args...)
+			if code != tc.code || !strings.Contains(out+errOut, tc.want) {
+				t.Errorf("hostconfig %v: exit %d, want %d; want output containing %q:\n%s%s", tc.args, code, tc.code, tc.want, out, errOut)
+			}
+		})
+	}
+}
+
+// TestHostconfigOut: --out writes the tree the hostconfig package pins in
+// its golden files for the DGX H200, with the script executable.
+func TestHostconfigOut(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	code, stdout, stderr := runHostconfigCmd("--spec", filepath.Join("..", "hostconfig", "testdata", "dgx-h200-pci.yaml"), "--out", out)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s%s", code, stdout, stderr)
+	}
+	for _, want := range []string{"wrote 74 files for 8 PFs and 64 VFs", "10-sriov-stable-*.link (72)", "systemctl daemon-reload && systemctl enable --now sriov-stable-vfs.service"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	golden := filepath.Join("..", "hostconfig", "testdata", "golden", "dgx-h200")
+	wantFiles := readTree(t, golden)
+	gotFiles := readTree(t, out)
+	if len(gotFiles) != len(wantFiles) {
+		t.Errorf("wrote %d files, golden has %d", len(gotFiles), len(wantFiles))
+	}
+	for path, want := range wantFiles {
+		if !bytes.Equal(gotFiles[path], want) {
+			t.Errorf("%s differs from %s", path, filepath.Join(golden, path))
+		}
+	}
+	st, err := os.Stat(filepath.Join(out, "usr", "local", "sbin", "sriov-stable-vfs"))
+	if err != nil || st.Mode().Perm() != 0o755 {
+		t.Errorf("script mode: %v %v, want 0755", st.Mode(), err)
+	}
+}
+
+func readTree(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	files := map[string][]byte{}
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		files[rel], err = os.ReadFile(path)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// TestHostconfigCheck runs --check on a small InfiniBand node laid out as
+// the unit leaves it, then with one VF's GUID gone.
+func TestHostconfigCheck(t *testing.T) {
+	const pf = "0000:18:00.0"
+	pfGUID := "b83f:d203:005a:1b20"
+	tree := sysfstest.New(t)
+	tree.AddPF(pf, 16, sysfstest.Device{NetDev: "ibp24s0f0", RDMA: &sysfstest.RDMA{Name: "mlx5_0", NodeGUID: pfGUID,
+		Ports: []sysfstest.Port{{GID0: sysfstest.GID0(pfGUID)}}}})
+	vfGUIDs := []string{"ba3f:d200:005a:1b20", "ba3f:d200:015a:1b20"}
+	portGUIDs := []string{"ba3f:d280:005a:1b20", "ba3f:d280:015a:1b20"}
+	for i, vf := range []string{"0000:18:00.2", "0000:18:00.3"} {
+		tree.AddVF(pf, i, vf, sysfstest.Device{NetDev: "ib0v" + string(rune('0'+i)), RDMA: &sysfstest.RDMA{
+			Name: "mlx5_" + string(rune('1'+i)), NodeGUID: vfGUIDs[i], Ports: []sysfstest.Port{{GID0: sysfstest.GID0(portGUIDs[i])}}}})
+	}
+	spec := writeSpec(t, "linkType: infiniband\nvfs: 2\npfs: [{pci: 0000:18:00.0}]\n")
+
+	code, out, errOut := runHostconfigCmd("--spec", spec, "--check", "--sysfs-root", tree.Root)
+	if code != 0 || !strings.Contains(out, "ok: the node matches the spec") {
+		t.Fatalf("healthy node: exit %d:\n%s%s", code, out, errOut)
+	}
+
+	tree.WriteFile(filepath.Join(tree.RDMAPath("0000:18:00.3", "mlx5_2"), "node_guid"), "0000:0000:0000:0000")
+	code, out, errOut = runHostconfigCmd("--spec", spec, "--check", "--sysfs-root", tree.Root)
+	if code != 1 || !strings.Contains(out, "error   VF 0000:18:00.3: node GUID is 00:00:00:00:00:00:00:00 (unset), want ba:3f:d2:00:01:5a:1b:20") ||
+		!strings.Contains(out, "1 error(s), 0 warning(s)") {
+		t.Errorf("zero GUID: exit %d:\n%s%s", code, out, errOut)
+	}
+
+	code, out, errOut = runHostconfigCmd("--spec", spec, "--check", "--json", "--sysfs-root", tree.Root)
+	var findings []hostconfig.Finding
+	if err := json.Unmarshal([]byte(out), &findings); err != nil {
+		t.Fatalf("--json output is not a list of findings: %v\n%s%s", err, out, errOut)
+	}
+	if code != 1 || len(findings) != 1 || findings[0].Check != hostconfig.CheckGUIDInvalid || findings[0].Subject != "VF 0000:18:00.3" ||
+		findings[0].Severity != hostconfig.SeverityError || findings[0].Remedy == "" {
+		t.Errorf("--json: exit %d, findings %+v", code, findings)
+	}
+}

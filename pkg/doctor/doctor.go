@@ -1,0 +1,213 @@
+// Package doctor checks a node for the root causes that broke SR-IOV
+// InfiniBand attachments in the field — driver built for another kernel,
+// old firmware, IB ports fallen back to Ethernet, ports down, unset or
+// duplicate GUIDs, missing VFs, unstable VF names — and reports each as a
+// structured finding with a remedy. It reads sysfs, the kernel log and the
+// host netns's links; it changes nothing.
+package doctor
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/hostconfig"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
+)
+
+// Severity grades a finding. Errors break attachments (the doctor exits
+// non-zero); warnings are risks or degraded setups; info says what could
+// not be checked.
+type Severity string
+
+// Severities, most severe first.
+const (
+	SeverityError   Severity = "error"
+	SeverityWarning Severity = "warning"
+	SeverityInfo    Severity = "info"
+)
+
+// Severities lists every severity, most severe first.
+var Severities = []Severity{SeverityError, SeverityWarning, SeverityInfo}
+
+func (s Severity) rank() int {
+	switch s {
+	case SeverityError:
+		return 0
+	case SeverityWarning:
+		return 1
+	}
+	return 2
+}
+
+// Check names, one per lesson learned; they are stable: the agent exports
+// them as metric labels.
+const (
+	CheckDevices              = "devices"                // what was found, or that nothing was
+	CheckSysfs                = "sysfs"                  // a sysfs entry that could not be read or parsed
+	CheckDriverLoaded         = "driver-loaded"          // mlx5_core (and mlx5_ib) loaded
+	CheckDriverBound          = "driver-bound"           // every Mellanox PF bound to mlx5_core
+	CheckDriverKernelMismatch = "driver-kernel-mismatch" // "Unknown symbol", "version magic" in the kernel log
+	CheckDriverProbe          = "driver-probe"           // probe failures in the kernel log
+	CheckKernelLog            = "kernel-log"             // the kernel log could not be read
+	CheckRDMADevice           = "rdma-device"            // a bound PF without an RDMA device
+	CheckFirmwareVersion      = "firmware-version"       // fw_ver against the minimum per device ID
+	CheckLinkLayer            = "link-layer"             // InfiniBand expected, Ethernet found (or the reverse)
+	CheckPortState            = "port-state"             // port not ACTIVE / LinkUp
+	CheckGUIDInvalid          = "guid-invalid"           // node or port GUID zero or all-F
+	CheckGUIDDuplicate        = "guid-duplicate"         // node or port GUID shared by two functions
+	CheckSRIOVNumVFs          = "sriov-numvfs"           // VFs created vs sriov_totalvfs and the expected count
+	CheckVFName               = "vf-name"                // host VF netdev names vs the naming policy
+	CheckVFAltName            = "vf-altname"             // the stable altname on host VF netdevs
+	// With Options.Spec, hostconfig's checks join these under their own
+	// names (hostconfig.CheckPFPresent, CheckVFAddress, CheckGUIDMismatch, …).
+	CheckSpec = hostconfig.CheckSpec // the spec does not resolve on this node
+)
+
+// Finding is one result of a check about one subject: a PCI address, a
+// kernel module, or "node".
+type Finding struct {
+	Severity Severity `json:"severity"`
+	Check    string   `json:"check"`
+	Subject  string   `json:"subject"`
+	Message  string   `json:"message"`
+	Remedy   string   `json:"remedy,omitempty"`
+}
+
+// Options says where to look and what to expect. The zero value checks
+// /sys with no expectations beyond the built-in ones.
+type Options struct {
+	// SysfsRoot is where sysfs is mounted; "" means /sys.
+	SysfsRoot string
+	// KernelLog is /dev/kmsg or a file with dmesg output; "" skips the
+	// kernel log checks.
+	KernelLog string
+	// ExpectVFs is the number of VFs every Mellanox PF should have; 0 means
+	// no expectation.
+	ExpectVFs int
+	// LinkLayer is the expected link layer of every Mellanox port:
+	// config.LinkLayerInfiniBand, config.LinkLayerEthernet, or "" / auto for
+	// none.
+	LinkLayer string
+	// AltName is the plugin's altName template; "" means config.DefaultAltName.
+	AltName string
+	// NamePattern, when set, is what every host VF netdev name must match.
+	// Without it, only names the kernel assigns (eth0, ib3, dev12) and pod
+	// names that came back from a deleted netns (net1) are reported.
+	NamePattern *regexp.Regexp
+	// Spec, when set, is the node's hostconfig spec: the node is also
+	// compared with it (hostconfig's --check), and its findings are merged.
+	Spec *hostconfig.Spec
+}
+
+// Report is the outcome of one doctor run.
+type Report struct {
+	SysfsRoot string    `json:"sysfsRoot"`
+	PFs       int       `json:"pfs"` // Mellanox physical functions found
+	VFs       int       `json:"vfs"` // Mellanox virtual functions found
+	Findings  []Finding `json:"findings"`
+}
+
+// Count returns the number of findings of a severity.
+func (r *Report) Count(s Severity) int {
+	n := 0
+	for _, f := range r.Findings {
+		if f.Severity == s {
+			n++
+		}
+	}
+	return n
+}
+
+// run carries one doctor run's inputs and collects its findings.
+type run struct {
+	opts    Options
+	sys     sysfs.Reader
+	inv     *inventory
+	links   []hostLink // this netns's links, for names and altnames
+	linkErr error
+	// netdevsElsewhere: sysfs lists VF netdevs this netns does not have
+	// (sysfs was mounted in another netns), so altnames cannot be judged.
+	netdevsElsewhere bool
+	findings         []Finding
+}
+
+func (r *run) add(sev Severity, check, subject, remedy, format string, a ...any) {
+	r.findings = append(r.findings, Finding{
+		Severity: sev, Check: check, Subject: subject, Message: fmt.Sprintf(format, a...), Remedy: remedy,
+	})
+}
+
+// Run checks the node. It fails only when sysfs itself cannot be read or
+// the options are invalid; everything wrong with the node is a finding.
+func Run(opts Options) (*Report, error) {
+	if opts.SysfsRoot == "" {
+		opts.SysfsRoot = config.DefaultSysfsRoot
+	}
+	if opts.AltName == "" {
+		opts.AltName = config.DefaultAltName
+	}
+	if err := validateOptions(opts); err != nil {
+		return nil, err
+	}
+	r := &run{opts: opts, sys: sysfs.Reader{Root: opts.SysfsRoot}, findings: []Finding{}}
+	if err := r.sys.Readable(); err != nil {
+		return nil, fmt.Errorf("cannot check this node: %w", err)
+	}
+	inv, err := scan(r.sys)
+	if err != nil {
+		return nil, err
+	}
+	r.inv = inv
+	for _, e := range inv.readErrors {
+		r.add(SeverityError, CheckSysfs, e.subject, "check the device with lspci -vvv -s "+e.subject+" and the kernel log; a half-probed device often needs a driver rebind or a reboot",
+			"%v", e.err)
+	}
+	if len(inv.pfs) == 0 && len(inv.vfs) == 0 {
+		r.add(SeverityInfo, CheckDevices, "node", "",
+			"no Mellanox (vendor 0x15b3) PCI devices under %s/bus/pci/devices: nothing to check", opts.SysfsRoot)
+	} else {
+		r.links, r.linkErr = listHostLinks()
+		r.checkDriver()
+		r.checkKernelLog()
+		r.checkFirmware()
+		r.checkPorts()
+		r.checkGUIDs()
+		r.checkNumVFs()
+		r.checkNames()
+	}
+	if opts.Spec != nil {
+		r.checkSpec()
+	}
+	sortFindings(r.findings)
+	return &Report{SysfsRoot: opts.SysfsRoot, PFs: len(inv.pfs), VFs: len(inv.vfs), Findings: r.findings}, nil
+}
+
+func validateOptions(opts Options) error {
+	switch opts.LinkLayer {
+	case "", config.LinkLayerAuto, config.LinkLayerInfiniBand, config.LinkLayerEthernet:
+	default:
+		return fmt.Errorf("link layer %q is not one of infiniband, ethernet, auto", opts.LinkLayer)
+	}
+	if opts.ExpectVFs < 0 {
+		return fmt.Errorf("expected VF count %d is negative", opts.ExpectVFs)
+	}
+	if err := config.ValidateAltNameTemplate(opts.AltName); err != nil {
+		return fmt.Errorf("alt-name template: %w", err)
+	}
+	return nil
+}
+
+func sortFindings(fs []Finding) {
+	sort.SliceStable(fs, func(i, j int) bool {
+		a, b := fs[i], fs[j]
+		if a.Severity.rank() != b.Severity.rank() {
+			return a.Severity.rank() < b.Severity.rank()
+		}
+		if a.Check != b.Check {
+			return a.Check < b.Check
+		}
+		return a.Subject < b.Subject
+	})
+}

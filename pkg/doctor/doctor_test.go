@@ -1,0 +1,588 @@
+package doctor
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/google/go-cmp/cmp"
+	"github.com/vishvananda/netlink"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
+)
+
+// key is what the DGX tests assert per finding: the check that fired and
+// about what. Messages are for people and free to change.
+type key struct {
+	Severity Severity
+	Check    string
+	Subject  string
+}
+
+func keys(r *Report) []key {
+	out := make([]key, 0, len(r.Findings))
+	for _, f := range r.Findings {
+		out = append(out, key{f.Severity, f.Check, f.Subject})
+	}
+	return out
+}
+
+// healthyKernelLog is what a DGX node's kernel log holds about mlx5 on a
+// good boot, including an out-of-tree signature warning that is not a fault.
+const healthyKernelLog = `[    4.101010] mlx5_core: module verification failed: signature and/or required key missing - tainting kernel
+[    4.212345] mlx5_core 0000:18:00.0: firmware version: 28.43.1014
+[    4.300000] mlx5_core 0000:18:00.0: Rate limit: 127 rates are supported, range: 0Mbps to 195312Mbps
+[    5.000000] mlx5_core 0000:18:00.0: E-Switch: Total vports 18, per vport: max uc(128) max mc(2048)
+[    6.100000] mlx5_core 0000:18:00.2: enabling device (0000 -> 0002)
+`
+
+// brokenKernelLog has the seed's lines: a driver built for another kernel
+// and a PF the driver could not probe.
+const brokenKernelLog = `[    3.900000] mlx_compat: loading out-of-tree module taints kernel.
+[    4.812345] mlx5_core: Unknown symbol devlink_fmsg_u32_pair_put (err -2)
+[    4.812399] mlx5_core: Unknown symbol mlxfw_firmware_flash (err -2)
+[    9.100000] mlx5_core 0000:dc:00.0: probe with driver mlx5_core failed with error -22
+`
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "dmesg.txt")
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// dgxOnHost builds the DGX fixture with VFs 0-3 of every PF on the host and
+// VFs 4-7 inside pods (no host netdev), as on a node running workloads.
+func dgxOnHost(t *testing.T) *sysfstest.DGXNode {
+	n := sysfstest.NewDGXH200(t)
+	for _, pf := range n.PFs {
+		for _, vf := range pf.VFs[4:] {
+			n.RemoveNetDev(vf.PCI, vf.NetDev)
+		}
+	}
+	return n
+}
+
+// hostLinks is the links a node's host netns would hold for the fixture's
+// host VF netdevs, each with the default stable altname.
+func hostLinks(t *testing.T, n *sysfstest.DGXNode) map[string][]string {
+	links := map[string][]string{}
+	for _, pf := range n.PFs {
+		for _, vf := range pf.VFs[:min(4, len(pf.VFs))] {
+			alt, err := config.RenderAltName(config.DefaultAltName, vf.PCI, pf.PCI, vf.Index)
+			if err != nil {
+				t.Fatal(err)
+			}
+			links[vf.NetDev] = []string{alt}
+		}
+	}
+	return links
+}
+
+// inHostNetns runs fn in a private network namespace holding one veth per
+// entry of links, named like the fixture's host VF netdevs and carrying the
+// given altnames: the fixture's sysfs then describes that netns the way a
+// node's sysfs describes its host netns. veth has no PCI parent, so the
+// doctor finds these links by their sysfs name.
+func inHostNetns(t *testing.T, links map[string][]string, fn func() (*Report, error)) (*Report, error) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates links with altnames in a private network namespace (CI runs as root and must not skip this)")
+	}
+	netns, err := ns.TempNetNS()
+	if err != nil {
+		t.Fatalf("create network namespace: %v", err)
+	}
+	t.Cleanup(func() { netns.Close() })
+	names := make([]string, 0, len(links))
+	for name := range links {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var rep *Report
+	var runErr error
+	err = netns.Do(func(ns.NetNS) error {
+		for i, name := range names {
+			veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: fmt.Sprintf("peer%d", i)}
+			if err := netlink.LinkAdd(veth); err != nil {
+				return fmt.Errorf("add veth %s: %w", name, err)
+			}
+			for _, alt := range links[name] {
+				if err := netlink.LinkAddAltName(veth, alt); err != nil {
+					return fmt.Errorf("add altname %s to %s: %w", alt, name, err)
+				}
+			}
+		}
+		rep, runErr = fn()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep, runErr
+}
+
+func TestHealthyDGXH200HasNoFindings(t *testing.T) {
+	n := dgxOnHost(t)
+	opts := Options{
+		SysfsRoot: n.Root,
+		KernelLog: writeFile(t, healthyKernelLog),
+		ExpectVFs: sysfstest.DGXVFsPerPF,
+		LinkLayer: config.LinkLayerInfiniBand,
+	}
+	rep, err := inHostNetns(t, hostLinks(t, n), func() (*Report, error) { return Run(opts) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]key{}, keys(rep)); diff != "" {
+		t.Errorf("healthy node has findings (-want +got):\n%s\n%s", diff, text(t, rep))
+	}
+	if rep.PFs != 8 || rep.VFs != 64 {
+		t.Errorf("found %d PFs and %d VFs, want 8 and 64", rep.PFs, rep.VFs)
+	}
+}
+
+// breakDGX injects every fault the doctor knows into a DGX fixture and
+// returns the host links with their altnames as the broken node has them.
+func breakDGX(t *testing.T, n *sysfstest.DGXNode) map[string][]string {
+	pf := func(addr string) (int, sysfstest.DGXPF) {
+		for i, p := range n.PFs {
+			if p.PCI == addr {
+				return i, p
+			}
+		}
+		t.Fatalf("fixture has no PF %s", addr)
+		return 0, sysfstest.DGXPF{}
+	}
+	vf := func(addr string) sysfstest.DGXVF {
+		for _, p := range n.PFs {
+			for _, v := range p.VFs {
+				if v.PCI == addr {
+					return v
+				}
+			}
+		}
+		t.Fatalf("fixture has no VF %s", addr)
+		return sysfstest.DGXVF{}
+	}
+
+	// driver-bound, driver-probe, sriov-numvfs: a fifth card whose PF the
+	// driver failed to probe (and so has no VFs).
+	n.AddPF("0000:dc:00.0", sysfstest.DGXTotalVFs, sysfstest.Device{Driver: "-"})
+	// firmware-version: a BlueField-3 (SR-IOV off) and card 2 on old firmware.
+	n.AddPF("0000:aa:00.0", 0, sysfstest.Device{DeviceID: "0xa2dc", RDMA: &sysfstest.RDMA{
+		Name: "mlx5_80", NodeGUID: "5c25:7303:00aa:0000", FWVer: "32.41.1000",
+		Ports: []sysfstest.Port{{GID0: sysfstest.GID0("5c25:7303:00aa:0000")}},
+	}})
+	for _, f := range []string{"sriov_totalvfs", "sriov_numvfs"} {
+		if err := os.Remove(filepath.Join(n.DevicePath("0000:aa:00.0"), f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, addr := range []string{"0000:40:00.0", "0000:40:00.1"} {
+		_, p := pf(addr)
+		n.WriteFile(filepath.Join(n.RDMAPath(p.PCI, p.RDMA), "fw_ver"), "28.39.1002")
+	}
+	// link-layer: PF 9a:00.0 fell back to Ethernet, and its VFs with it.
+	{
+		_, p := pf("0000:9a:00.0")
+		n.SetPort(p.PCI, p.RDMA, 1, sysfstest.Port{LinkLayer: "Ethernet", GID0: "fe80:0000:0000:0000:a288:c2ff:fe9a:0001"})
+		for _, v := range p.VFs {
+			n.SetPort(v.PCI, v.RDMA, 1, sysfstest.Port{LinkLayer: "Ethernet", GID0: "fe80:0000:0000:0000:a288:c2ff:fe9a:0002"})
+		}
+	}
+	// port-state: PF c0:00.0 has no link (its VFs are down with it), and one
+	// VF of a healthy PF has its vport forced down.
+	{
+		_, p := pf("0000:c0:00.0")
+		down := sysfstest.Port{State: "1: DOWN", PhysState: "2: Polling", GID0: sysfstest.GID0(p.NodeGUID)}
+		n.SetPort(p.PCI, p.RDMA, 1, down)
+		for _, v := range p.VFs {
+			down.GID0 = sysfstest.GID0(v.PortGUID)
+			n.SetPort(v.PCI, v.RDMA, 1, down)
+		}
+		v := vf("0000:18:00.5")
+		n.SetPort(v.PCI, v.RDMA, 1, sysfstest.Port{State: "1: DOWN", PhysState: "5: LinkUp", GID0: sysfstest.GID0(v.PortGUID)})
+	}
+	// guid-invalid: a VF with zero node and port GUIDs, one with all-F.
+	{
+		v := vf("0000:18:00.2")
+		n.SetRDMA(v.PCI, sysfstest.RDMA{Name: v.RDMA, NodeGUID: "0000:0000:0000:0000", FWVer: sysfstest.DGXFirmware,
+			Ports: []sysfstest.Port{{GID0: sysfstest.GID0("0000:0000:0000:0000")}}})
+		v = vf("0000:18:00.3")
+		n.SetRDMA(v.PCI, sysfstest.RDMA{Name: v.RDMA, NodeGUID: "ffff:ffff:ffff:ffff", FWVer: sysfstest.DGXFirmware,
+			Ports: []sysfstest.Port{{GID0: sysfstest.GID0(v.PortGUID)}}})
+	}
+	// guid-duplicate: two VFs on different cards with the same node and
+	// port GUIDs, as a GUID script that ignores the PF writes them.
+	{
+		a, b := vf("0000:40:00.4"), vf("0000:c0:01.2")
+		n.SetRDMA(b.PCI, sysfstest.RDMA{Name: b.RDMA, NodeGUID: a.NodeGUID, FWVer: sysfstest.DGXFirmware,
+			Ports: []sysfstest.Port{{GID0: sysfstest.GID0(a.PortGUID)}}})
+	}
+	// sriov-numvfs: PF c0:00.1 got only 6 of its 8 VFs.
+	{
+		i, _ := pf("0000:c0:00.1")
+		n.SetNumVFs(i, 6)
+	}
+	// vf-name: a VF left with the kernel's name, one back from a dead pod.
+	n.RenameNetDev("0000:40:00.2", vf("0000:40:00.2").NetDev, "eth3")
+	n.RenameNetDev("0000:40:00.3", vf("0000:40:00.3").NetDev, "net1")
+
+	links := hostLinks(t, n)
+	links["eth3"] = links[vf("0000:40:00.2").NetDev]
+	links["net1"] = links[vf("0000:40:00.3").NetDev]
+	delete(links, vf("0000:40:00.2").NetDev)
+	delete(links, vf("0000:40:00.3").NetDev)
+	// vf-altname: one VF lacks its altname; another's is held by its
+	// neighbour (a stale rename left it there).
+	links[vf("0000:9a:00.2").NetDev] = nil
+	stolen := links[vf("0000:9a:00.3").NetDev]
+	links[vf("0000:9a:00.3").NetDev] = nil
+	links[vf("0000:9a:00.4").NetDev] = append(links[vf("0000:9a:00.4").NetDev], stolen...)
+	return links
+}
+
+func TestBrokenDGXH200FindsEveryFault(t *testing.T) {
+	n := dgxOnHost(t)
+	links := breakDGX(t, n)
+	opts := Options{
+		SysfsRoot: n.Root,
+		KernelLog: writeFile(t, brokenKernelLog),
+		ExpectVFs: sysfstest.DGXVFsPerPF,
+		LinkLayer: config.LinkLayerInfiniBand,
+	}
+	rep, err := inHostNetns(t, links, func() (*Report, error) { return Run(opts) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []key{
+		{SeverityError, CheckDriverBound, "0000:dc:00.0"},
+		{SeverityError, CheckDriverKernelMismatch, "mlx5_core"},
+		{SeverityError, CheckDriverProbe, "0000:dc:00.0"},
+		{SeverityError, CheckFirmwareVersion, "0000:40:00.0"},
+		{SeverityError, CheckFirmwareVersion, "0000:40:00.1"},
+		{SeverityError, CheckFirmwareVersion, "0000:aa:00.0"},
+		{SeverityError, CheckGUIDDuplicate, "0000:40:00.4"}, // node GUID
+		{SeverityError, CheckGUIDDuplicate, "0000:40:00.4"}, // port GUID
+		{SeverityError, CheckGUIDDuplicate, "0000:c0:01.2"},
+		{SeverityError, CheckGUIDDuplicate, "0000:c0:01.2"},
+		{SeverityError, CheckGUIDInvalid, "0000:18:00.2"}, // node GUID
+		{SeverityError, CheckGUIDInvalid, "0000:18:00.2"}, // port GUID
+		{SeverityError, CheckGUIDInvalid, "0000:18:00.3"},
+		{SeverityError, CheckLinkLayer, "0000:9a:00.0"},
+		{SeverityError, CheckPortState, "0000:18:00.5"},
+		{SeverityError, CheckPortState, "0000:c0:00.0"},
+		{SeverityError, CheckSRIOVNumVFs, "0000:c0:00.1"},
+		{SeverityError, CheckSRIOVNumVFs, "0000:dc:00.0"},
+		{SeverityError, CheckVFAltName, "0000:9a:00.3"},
+		{SeverityWarning, CheckVFAltName, "0000:9a:00.2"},
+		{SeverityWarning, CheckVFName, "0000:40:00.2"},
+		{SeverityWarning, CheckVFName, "0000:40:00.3"},
+	}
+	if diff := cmp.Diff(want, keys(rep)); diff != "" {
+		t.Errorf("findings (-want +got):\n%s\n%s", diff, text(t, rep))
+	}
+	for _, f := range rep.Findings {
+		if f.Message == "" || (f.Severity != SeverityInfo && f.Remedy == "") {
+			t.Errorf("finding %s/%s has no message or remedy: %+v", f.Check, f.Subject, f)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	if out := os.Getenv("DOCTOR_SAMPLE_OUT"); out != "" {
+		// make docs: the README's sample output comes from this test.
+		if err := os.WriteFile(out, []byte(text(t, rep)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A node whose mlx5_core never loaded: the driver was built for another
+// kernel, so nothing is bound. The mismatch stays an error because the
+// driver is still not working.
+func TestDriverNotLoaded(t *testing.T) {
+	n := sysfstest.New(t)
+	n.AddPF("0000:18:00.0", 16, sysfstest.Device{Driver: "-"})
+	n.AddPF("0000:18:00.1", 16, sysfstest.Device{Driver: "-"})
+	log := writeFile(t, "6,812,4812345,-;mlx5_core: disagrees about version of symbol module_layout\n"+
+		"3,813,4812399,-;mlx5_core: Unknown symbol mlx5_core_access_reg (err -22)\n")
+	rep, err := Run(Options{SysfsRoot: n.Root, KernelLog: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []key{
+		{SeverityError, CheckDriverBound, "0000:18:00.0"},
+		{SeverityError, CheckDriverBound, "0000:18:00.1"},
+		{SeverityError, CheckDriverKernelMismatch, "mlx5_core"},
+		{SeverityError, CheckDriverLoaded, "mlx5_core"},
+		{SeverityWarning, CheckSRIOVNumVFs, "0000:18:00.0"},
+		{SeverityWarning, CheckSRIOVNumVFs, "0000:18:00.1"},
+	}
+	if diff := cmp.Diff(want, keys(rep)); diff != "" {
+		t.Errorf("findings (-want +got):\n%s\n%s", diff, text(t, rep))
+	}
+	if m := findMessage(rep, CheckDriverKernelMismatch); !strings.Contains(m, "2 kernel log line(s)") {
+		t.Errorf("mismatch message does not count both lines: %s", m)
+	}
+}
+
+// Mismatch lines from earlier in the boot, with the driver working now,
+// are a warning, not an error; so is an old probe failure of a bound PF.
+func TestKernelLogFaultsThatRecovered(t *testing.T) {
+	n := sysfstest.New(t)
+	n.LoadModule("mlx5_core")
+	n.LoadModule("mlx5_ib")
+	n.AddPF("0000:18:00.0", 0, sysfstest.Device{RDMA: healthyRDMA("mlx5_0", "a088:c203:0018:1000", "28.44.1036")})
+	log := writeFile(t, "[    4.8] mlx5_core: Unknown symbol devlink_fmsg_u32_pair_put (err -2)\n"+
+		"[   12.1] mlx5_core 0000:18:00.0: probe_one:2025:(pid 611): mlx5_init_one failed with error code -110\n")
+	rep, err := Run(Options{SysfsRoot: n.Root, KernelLog: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []key{
+		{SeverityWarning, CheckDriverKernelMismatch, "mlx5_core"},
+		{SeverityWarning, CheckDriverProbe, "0000:18:00.0"},
+	}
+	if diff := cmp.Diff(want, keys(rep)); diff != "" {
+		t.Errorf("findings (-want +got):\n%s\n%s", diff, text(t, rep))
+	}
+}
+
+func TestMissingRDMAAndLimits(t *testing.T) {
+	n := sysfstest.New(t)
+	n.LoadModule("mlx5_core")
+	// SR-IOV allowed for 4 VFs only (NUM_OF_VFS=4), 8 expected; no mlx5_ib.
+	n.AddPF("0000:18:00.0", 4, sysfstest.Device{})
+	// A ConnectX-6 Dx: no minimum in the table.
+	// with SR-IOV disabled in its firmware (sriov_totalvfs 0).
+	n.AddPF("0000:3b:00.0", 0, sysfstest.Device{DeviceID: "0x101d", RDMA: healthyRDMA("mlx5_1", "0c42:a103:0012:3456", "22.36.1010")})
+	rep, err := Run(Options{SysfsRoot: n.Root, ExpectVFs: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []key{
+		{SeverityError, CheckSRIOVNumVFs, "0000:18:00.0"},
+		{SeverityError, CheckSRIOVNumVFs, "0000:3b:00.0"}, // allows 0
+		{SeverityWarning, CheckDriverLoaded, "mlx5_ib"},
+		{SeverityInfo, CheckFirmwareVersion, "0x101d"},
+	}
+	if diff := cmp.Diff(want, keys(rep)); diff != "" {
+		t.Errorf("findings (-want +got):\n%s\n%s", diff, text(t, rep))
+	}
+	if m := findMessage(rep, CheckSRIOVNumVFs); !strings.Contains(m, "allows 4 VFs") {
+		t.Errorf("limit finding does not name the firmware limit: %s", m)
+	}
+}
+
+// Without root or outside the netns sysfs describes, altnames cannot be
+// read: that is said once, as info, and nothing else changes.
+func TestAltNamesOutsideTheirNetns(t *testing.T) {
+	n := dgxOnHost(t)
+	rep, err := Run(Options{SysfsRoot: n.Root, ExpectVFs: 8, LinkLayer: config.LinkLayerInfiniBand})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []key{{SeverityInfo, CheckVFAltName, "node"}}
+	if diff := cmp.Diff(want, keys(rep)); diff != "" {
+		t.Errorf("findings (-want +got):\n%s\n%s", diff, text(t, rep))
+	}
+}
+
+func TestNamePattern(t *testing.T) {
+	n := dgxOnHost(t)
+	n.RenameNetDev("0000:18:00.2", "ibp24s0f0v0", "ib0")
+	rep, err := Run(Options{SysfsRoot: n.Root, NamePattern: regexpMust(t, `^ibp[0-9]+s0f[01]v[0-9]+$`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []key{}
+	for _, k := range keys(rep) {
+		if k.Check == CheckVFName {
+			got = append(got, k)
+		}
+	}
+	if diff := cmp.Diff([]key{{SeverityWarning, CheckVFName, "0000:18:00.2"}}, got); diff != "" {
+		t.Errorf("vf-name findings (-want +got):\n%s", diff)
+	}
+}
+
+// This machine's real /sys: with no Mellanox device it must say so and
+// nothing else; with some, it must still run to the end.
+func TestRealSys(t *testing.T) {
+	if _, err := os.Stat("/sys/bus/pci/devices"); err != nil {
+		t.Skipf("no /sys/bus/pci/devices on this machine: %v", err)
+	}
+	rep, err := Run(Options{SysfsRoot: "/sys", KernelLog: "/dev/kmsg", LinkLayer: config.LinkLayerInfiniBand, ExpectVFs: 8})
+	if err != nil {
+		t.Fatalf("doctor on /sys: %v", err)
+	}
+	if rep.PFs+rep.VFs > 0 {
+		t.Logf("this machine has Mellanox devices:\n%s", text(t, rep))
+		return
+	}
+	if diff := cmp.Diff([]key{{SeverityInfo, CheckDevices, "node"}}, keys(rep)); diff != "" {
+		t.Errorf("findings on a machine without Mellanox devices (-want +got):\n%s\n%s", diff, text(t, rep))
+	}
+}
+
+func TestUnreadableSysfs(t *testing.T) {
+	_, err := Run(Options{SysfsRoot: filepath.Join(t.TempDir(), "nope")})
+	if err == nil || !strings.Contains(err.Error(), "not readable") {
+		t.Fatalf("got %v, want an error saying sysfs is not readable", err)
+	}
+}
+
+func TestInvalidOptions(t *testing.T) {
+	root := sysfstest.New(t).Root
+	for _, o := range []Options{
+		{SysfsRoot: root, LinkLayer: "ib"},
+		{SysfsRoot: root, ExpectVFs: -1},
+		{SysfsRoot: root, AltName: "vf-{nope}"},
+	} {
+		if _, err := Run(o); err == nil {
+			t.Errorf("Run(%+v) accepted invalid options", o)
+		}
+	}
+}
+
+func TestCompareVersions(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want int
+	}{
+		{"28.43.1014", "28.43.1014", 0},
+		{"28.43.1015", "28.43.1014", 1},
+		{"28.9.2000", "28.43.1014", -1},  // numeric, not lexical
+		{"28.100.1000", "28.43.1014", 1}, // numeric, not lexical
+		{"32.43.1014 (MT_0000000884)", "32.43.1014", 0},
+		{"28.43", "28.43.1014", -1},
+		{"29.0.0", "28.43.1014", 1},
+	} {
+		got, err := compareVersions(tc.a, tc.b)
+		if err != nil || got != tc.want {
+			t.Errorf("compareVersions(%q, %q) = %d, %v; want %d", tc.a, tc.b, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"", "28.x.1", "28..1", "v28.43"} {
+		if _, err := compareVersions(bad, "28.43.1014"); err == nil {
+			t.Errorf("compareVersions(%q) accepted a bad version", bad)
+		}
+	}
+}
+
+func TestKernelLogPatterns(t *testing.T) {
+	for _, tc := range []struct {
+		line           string
+		check, subject string
+	}{
+		{"[    4.8] mlx5_core: Unknown symbol devlink_fmsg_u32_pair_put (err -2)", CheckDriverKernelMismatch, "mlx5_core"},
+		{"4,700,48123,-;mlx5_ib: disagrees about version of symbol ib_register_device", CheckDriverKernelMismatch, "mlx5_ib"},
+		{"mlx_compat: version magic '5.15.0-91-generic SMP mod_unload' should be '6.8.0-45-generic SMP preempt mod_unload'", CheckDriverKernelMismatch, "mlx_compat"},
+		{"ib_core: no symbol version for module_layout", CheckDriverKernelMismatch, "ib_core"},
+		{"mlx5_core: probe of 0000:40:00.1 failed with error -22", CheckDriverProbe, "0000:40:00.1"},
+		{"mlx5_core 0000:18:00.0: probe with driver mlx5_core failed with error -5", CheckDriverProbe, "0000:18:00.0"},
+		{"mlx5_core 0000:9a:00.0: mlx5_init_one:1573:(pid 1): init one failed", CheckDriverProbe, "0000:9a:00.0"},
+		{"mlx5_core: module verification failed: signature and/or required key missing - tainting kernel", "", ""},
+		{"mlx5_core 0000:18:00.0: firmware version: 28.43.1014", "", ""},
+		{"e1000e: Unknown symbol foo (err -2)", "", ""},
+	} {
+		n := sysfstest.New(t)
+		n.LoadModule("mlx5_core")
+		n.AddPF("0000:77:00.0", 0, sysfstest.Device{Driver: "-"}) // keeps faults errors: a PF is unbound
+		rep, err := Run(Options{SysfsRoot: n.Root, KernelLog: writeFile(t, tc.line+"\n")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []key
+		for _, k := range keys(rep) {
+			if k.Check == CheckDriverKernelMismatch || k.Check == CheckDriverProbe {
+				got = append(got, k)
+			}
+		}
+		var want []key
+		if tc.check != "" {
+			want = []key{{SeverityError, tc.check, tc.subject}}
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("line %q (-want +got):\n%s", tc.line, diff)
+		}
+	}
+}
+
+func TestKernelLogUnreadable(t *testing.T) {
+	n := sysfstest.New(t)
+	n.LoadModule("mlx5_core")
+	n.AddPF("0000:18:00.0", 0, sysfstest.Device{RDMA: healthyRDMA("mlx5_0", "a088:c203:0018:1000", "28.43.1014")})
+	rep, err := Run(Options{SysfsRoot: n.Root, KernelLog: filepath.Join(t.TempDir(), "missing")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := keys(rep)
+	if len(got) != 1 || got[0].Check != CheckKernelLog || got[0].Severity != SeverityInfo {
+		t.Errorf("got %v, want one info finding about the kernel log", got)
+	}
+}
+
+// /dev/kmsg is read to its end without blocking for the next message.
+func TestReadKmsgDoesNotBlock(t *testing.T) {
+	if _, err := os.Stat("/dev/kmsg"); err != nil {
+		t.Skipf("no /dev/kmsg on this machine: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := readKernelLog("/dev/kmsg")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil && os.Geteuid() == 0 {
+			t.Fatalf("read /dev/kmsg as root: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("reading /dev/kmsg blocked for 10s: it must stop at the end of the ring buffer")
+	}
+}
+
+func regexpMust(t *testing.T, expr string) *regexp.Regexp {
+	t.Helper()
+	re, err := regexp.Compile(expr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return re
+}
+
+// healthyRDMA is an RDMA device with one active IB port whose port GUID
+// equals the node GUID.
+func healthyRDMA(name, guid, fw string) *sysfstest.RDMA {
+	return &sysfstest.RDMA{Name: name, NodeGUID: guid, FWVer: fw, Ports: []sysfstest.Port{{GID0: sysfstest.GID0(guid)}}}
+}
+
+func findMessage(r *Report, check string) string {
+	for _, f := range r.Findings {
+		if f.Check == check {
+			return f.Message
+		}
+	}
+	return ""
+}
+
+func text(t *testing.T, r *Report) string {
+	t.Helper()
+	var b strings.Builder
+	if err := r.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}

@@ -1,0 +1,28 @@
+package doctor
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+)
+
+// WriteText prints one line per finding — severity, check, subject,
+// message and remedy — then a summary line.
+func (r *Report) WriteText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, f := range r.Findings {
+		line := fmt.Sprintf("%s\t%s\t%s\t%s", f.Severity, f.Check, f.Subject, f.Message)
+		if f.Remedy != "" {
+			line += "; remedy: " + f.Remedy
+		}
+		if _, err := fmt.Fprintln(tw, line); err != nil {
+			return err
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%d Mellanox PFs, %d VFs under %s: %d errors, %d warnings, %d info\n",
+		r.PFs, r.VFs, r.SysfsRoot, r.Count(SeverityError), r.Count(SeverityWarning), r.Count(SeverityInfo))
+	return err
+}

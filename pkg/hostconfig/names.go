@@ -1,0 +1,76 @@
+package hostconfig
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
+)
+
+// kernelStyleName reports names that the kernel (eth0, ib0, wlan0), the
+// kernel on a netns teardown clash (dev12) or pod runtimes (net1) hand out
+// on their own: one of those prefixes and nothing but digits after it.
+// Naming a VF like that races whoever hands them out.
+func kernelStyleName(name string) bool {
+	for _, prefix := range []string{"eth", "ib", "wlan", "dev", "net"} {
+		digits, ok := strings.CutPrefix(name, prefix)
+		if ok && digits != "" && strings.Trim(digits, "0123456789") == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// renderName expands a Name= pattern: {pfidx} is the PF's position among
+// the spec's PFs sorted by PCI address, {vf} the VF index (vf < 0: a PF
+// pattern, where {vf} is an error). The result must be a legal interface
+// name that nobody else assigns.
+func renderName(field, pattern string, pfidx, vf int) (string, error) {
+	var b strings.Builder
+	rest := pattern
+	for rest != "" {
+		i := strings.IndexByte(rest, '{')
+		if i < 0 {
+			b.WriteString(rest)
+			break
+		}
+		b.WriteString(rest[:i])
+		j := strings.IndexByte(rest[i:], '}')
+		if j < 0 {
+			return "", fmt.Errorf("%s: pattern %q has an unclosed '{'", field, pattern)
+		}
+		switch key := rest[i+1 : i+j]; key {
+		case "pfidx":
+			b.WriteString(strconv.Itoa(pfidx))
+		case "vf":
+			if vf < 0 {
+				return "", fmt.Errorf("%s: pattern %q uses {vf}, which a PF does not have; use {pfidx}", field, pattern)
+			}
+			b.WriteString(strconv.Itoa(vf))
+		default:
+			return "", fmt.Errorf("%s: pattern %q has unknown placeholder {%s}; use {pfidx} or {vf}", field, pattern, key)
+		}
+		rest = rest[i+j+1:]
+	}
+	name := b.String()
+	if err := config.ValidateIfName(name); err != nil {
+		return "", fmt.Errorf("%s: pattern %q gives %v", field, pattern, err)
+	}
+	if kernelStyleName(name) {
+		return "", fmt.Errorf("%s: pattern %q gives %q, a name the kernel or a runtime assigns on its own (eth<N>, ib<N>, wlan<N>, dev<N>, net<N>); put a letter between the prefix and the number, e.g. %q",
+			field, pattern, name, "ib{pfidx}v{vf}")
+	}
+	return name, nil
+}
+
+// validNamePattern checks a pattern before the PFs are known: placeholders
+// and characters, with the narrowest values.
+func validNamePattern(field, pattern string, isVF bool) error {
+	vf := -1
+	if isVF {
+		vf = 0
+	}
+	_, err := renderName(field, pattern, 0, vf)
+	return err
+}

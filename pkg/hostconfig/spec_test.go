@@ -1,0 +1,94 @@
+package hostconfig
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseSpecDefaults(t *testing.T) {
+	got := mustParse(t, "vfs: 8\npfs:\n  - pci: 0000:18:00.0\n")
+	pfAlt := DefaultPFAltName
+	want := &Spec{
+		LinkType: LinkAuto, VFs: 8, VFName: "pf{pfidx}vf{vf}", AltName: "vf-{pci}", PFAltName: &pfAlt,
+		GUIDs: GUIDPFDerived, WaitSeconds: 60, ScriptPath: "/usr/local/sbin/sriov-stable-vfs",
+		Before: []string{"kubelet.service"}, PFs: []PFSpec{{PCI: "0000:18:00.0"}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("defaults (-want +got):\n%s", diff)
+	}
+
+	ib := mustParse(t, "linkType: infiniband\nvfs: 8\npfs: [{match: {vendor: 15B3, device: '0x1021'}}]\n")
+	if ib.VFName != "ib{pfidx}v{vf}" || ib.GUIDs != GUIDPFDerived || *ib.PFs[0].Match != (Match{Vendor: "0x15b3", Device: "0x1021"}) {
+		t.Errorf("infiniband defaults: vfName %q guids %q match %+v", ib.VFName, ib.GUIDs, *ib.PFs[0].Match)
+	}
+	eth := mustParse(t, "linkType: ethernet\nvfs: 4\npfName: enp{pfidx}\npfAltName: \"\"\npfs: [{pci: 0000:3B:00.1, vfOffset: 2, vfStride: 1}]\n")
+	if eth.GUIDs != GUIDNone || *eth.PFAltName != "" || eth.PFs[0].PCI != "0000:3b:00.1" || *eth.PFs[0].VFOffset != 2 {
+		t.Errorf("ethernet spec: guids %q pfAltName %q pci %q", eth.GUIDs, *eth.PFAltName, eth.PFs[0].PCI)
+	}
+}
+
+// TestParseSpecErrors: every bad spec fails with ErrInvalidSpec and a
+// message that names the field and what is wrong.
+func TestParseSpecErrors(t *testing.T) {
+	const pf = "pfs:\n  - pci: 0000:18:00.0\n"
+	cases := []struct{ name, yaml, want string }{
+		{"empty", "", "the spec is empty"},
+		{"comments only", "# nothing\n", "the spec is empty"},
+		{"two documents", "vfs: 8\n" + pf + "---\nvfs: 4\n", "more than one YAML document"},
+		{"unknown key", "vfz: 8\n" + pf, "field vfz not found"},
+		{"wrong type", "vfs: eight\n" + pf, "cannot unmarshal !!str `eight` into int"},
+		{"link type", "linkType: roce\nvfs: 8\n" + pf, `linkType: "roce" is not one of infiniband, ethernet, auto`},
+		{"negative vfs", "vfs: -1\n" + pf, "vfs: -1 is out of range 1..32768"},
+		{"too many vfs", "vfs: 40000\n" + pf, "vfs: 40000 is out of range 1..32768"},
+		{"guid scheme", "vfs: 8\nguids: random\n" + pf, `guids: "random" is not one of pf-derived, none`},
+		{"guids on ethernet", "linkType: ethernet\nguids: pf-derived\nvfs: 8\n" + pf, "guids: pf-derived assigns InfiniBand GUIDs but linkType is ethernet; use guids: none"},
+		{"slash in vfName", "vfName: ib/{vf}\nvfs: 8\n" + pf, `vfName: pattern "ib/{vf}" gives "ib/0", which contains '/'`},
+		{"long vfName", "vfName: sriov-vf-{pfidx}-{vf}-xyz\nvfs: 8\n" + pf, `gives "sriov-vf-0-0-xyz", longer than 15 bytes`},
+		{"kernel-style vfName", "vfName: ib{vf}\nvfs: 8\n" + pf, `vfName: pattern "ib{vf}" gives "ib0", a name the kernel or a runtime assigns on its own`},
+		{"vfName net<N>", "vfName: net{vf}\nvfs: 8\n" + pf, `gives "net0", a name the kernel or a runtime assigns`},
+		{"vfName placeholder", "vfName: ib{pf}v{vf}\nvfs: 8\n" + pf, "vfName: pattern \"ib{pf}v{vf}\" has unknown placeholder {pf}; use {pfidx} or {vf}"},
+		{"vfName unclosed", "vfName: ib{pfidx\nvfs: 8\n" + pf, "has an unclosed '{'"},
+		{"pfName with vf", "pfName: ibp{vf}\nvfs: 8\n" + pf, "pfName: pattern \"ibp{vf}\" uses {vf}, which a PF does not have"},
+		{"altName whitespace", "altName: vf {pci}\nvfs: 8\n" + pf, "invalid altName: template \"vf {pci}\" gives"},
+		{"altName placeholder", "altName: vf-{bus}\nvfs: 8\n" + pf, "unknown placeholder {bus}"},
+		{"altName too long", "altName: " + strings.Repeat("x", 120) + "-{pci}\nvfs: 8\n" + pf, "longer than 127 bytes"},
+		{"pfAltName with vf", "pfAltName: pf-{vf}\nvfs: 8\n" + pf, `pfAltName: template "pf-{vf}" may only use {pci}`},
+		{"pfAltName colon", "pfAltName: \"pf:{pci}\"\nvfs: 8\n" + pf, "invalid pfAltName: template \"pf:{pci}\" gives"},
+		{"wait too long", "waitSeconds: 700\nvfs: 8\n" + pf, "waitSeconds: 700 is out of range 1..600"},
+		{"wait negative", "waitSeconds: -5\nvfs: 8\n" + pf, "waitSeconds: -5 is out of range 1..600"},
+		{"relative script", "scriptPath: sbin/vfs\nvfs: 8\n" + pf, `scriptPath: "sbin/vfs" must be a clean absolute path`},
+		{"script with space", "scriptPath: /usr/local/sbin/my vfs\nvfs: 8\n" + pf, "must be a clean absolute path without spaces"},
+		{"before not a unit", "before: [kubelet]\nvfs: 8\n" + pf, `before: "kubelet" is not a systemd unit name`},
+		{"no pfs", "vfs: 8\n", "pfs: no PFs; list them by pci address or with a match rule"},
+		{"pci and match", "vfs: 8\npfs:\n  - {pci: 0000:18:00.0, match: {vendor: 0x15b3}}\n", "pfs[0]: set either pci or match, not both"},
+		{"neither", "vfs: 8\npfs:\n  - vfs: 4\n", "pfs[0]: set pci (e.g. 0000:18:00.0) or match"},
+		{"short pci", "vfs: 8\npfs:\n  - pci: \"18:00.0\"\n", `invalid pfs[0].pci: "18:00.0" is not a PCI address of the form dddd:bb:dd.f`},
+		{"pci function 8", "vfs: 8\npfs:\n  - pci: 0000:18:00.8\n", "function above 7"},
+		{"duplicate pci", "vfs: 8\npfs:\n  - pci: 0000:18:00.0\n  - pci: 0000:18:00.0\n", "pfs[1]: PF 0000:18:00.0 is already listed in pfs[0]"},
+		{"vendor name", "vfs: 8\npfs:\n  - match: {vendor: mellanox}\n", `pfs[0].match.vendor: "0xmellanox" is not a 4-digit hex PCI vendor ID`},
+		{"device id", "vfs: 8\npfs:\n  - match: {vendor: 0x15b3, device: 0x10210}\n", `pfs[0].match.device: "0x10210" is not a 4-digit hex PCI device ID`},
+		{"offset on a match", "vfs: 8\npfs:\n  - {match: {vendor: 0x15b3}, vfOffset: 2, vfStride: 1}\n", "pfs[0]: vfOffset and vfStride belong to one PF"},
+		{"no vf count", "pfs:\n  - pci: 0000:18:00.0\n", "pfs[0]: no VF count; set vfs at the top or in the entry"},
+		{"entry vfs negative", "vfs: 8\npfs:\n  - {pci: 0000:18:00.0, vfs: -2}\n", "pfs[0].vfs: -2 is out of range"},
+		{"offset without stride", "vfs: 8\npfs:\n  - {pci: 0000:18:00.0, vfOffset: 2}\n", "pfs[0]: set vfOffset and vfStride together"},
+		{"offset zero", "vfs: 8\npfs:\n  - {pci: 0000:18:00.0, vfOffset: 0, vfStride: 1}\n", "pfs[0].vfOffset: 0 is out of range 1..65535"},
+		{"entry link type", "vfs: 8\npfs:\n  - {pci: 0000:18:00.0, linkType: IB}\n", `pfs[0].linkType: "IB" is not one of infiniband, ethernet, auto`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseSpec([]byte(tc.yaml))
+			if err == nil {
+				t.Fatalf("ParseSpec accepted:\n%s", tc.yaml)
+			}
+			if !errors.Is(err, ErrInvalidSpec) {
+				t.Errorf("error %v does not wrap ErrInvalidSpec", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error\n  %v\nlacks\n  %s", err, tc.want)
+			}
+		})
+	}
+}
