@@ -9,7 +9,7 @@ GOBUILD  := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 
 export CGO_ENABLED := 0
 
-.PHONY: all build tools demo test test-quick test-unit test-integration vet fmt-check lab image bench soak fuzz clean
+.PHONY: all build tools demo test test-quick test-unit test-integration vet fmt-check lab lab-soak image bench soak fuzz clean
 
 all: build
 
@@ -66,6 +66,10 @@ image: build
 ## lab: the QEMU SR-IOV lab (integration/lab/README.md): real igbvf VFs, the chain through libcni and Multus.
 lab:
 	bash integration/lab/run.sh
+
+## lab-soak: the lab's real-VF soak alone, 200 ADD/CHECK/DEL cycles (make lab runs 40); prints the figures.
+lab-soak:
+	LAB_SOAK_CYCLES=$${LAB_SOAK_CYCLES:-200} LAB_RUN='^TestLab13RealVFSoak$$' bash integration/lab/run.sh
 
 ## soak: the full reliability soak (integration/reliability): 1,000 ADD/CHECK/DEL cycles with renames and
 ## vanished namespaces, and 500 kill -9 runs; prints the figures. CI runs the same tests smaller.

@@ -127,11 +127,16 @@ func NewNetns(tb TB) ns.NetNS {
 
 // RemoveNetns destroys a netns made by NewNetns now, as a pod sandbox
 // teardown would; its path stops existing.
+// The unmount is lazy (MNT_DETACH): a plugin being forked elsewhere holds
+// every open file for a moment, and a plain unmount would fail with EBUSY.
 func RemoveNetns(tb TB, n ns.NetNS) {
 	tb.Helper()
 	n.Close()
-	if err := testutils.UnmountNS(n); err != nil {
-		tb.Fatalf("remove netns: %v", err)
+	if err := unix.Unmount(n.Path(), unix.MNT_DETACH); err != nil {
+		tb.Fatalf("unmount netns %s: %v", n.Path(), err)
+	}
+	if err := os.Remove(n.Path()); err != nil {
+		tb.Fatalf("remove netns %s: %v", n.Path(), err)
 	}
 }
 

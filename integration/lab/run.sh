@@ -12,7 +12,10 @@
 #                (default integration/lab/.work)
 #   LAB_RUN      regexp for the guest scenarios, as go test -run (default: all)
 #   LAB_KERNEL   Debian kernel package (default: the one linux-image-amd64 depends on)
-#   LAB_TIMEOUT  seconds before QEMU is stopped (default 1200)
+#   LAB_TIMEOUT  seconds before QEMU is stopped (default 1200); the scenarios
+#                themselves stop a minute earlier
+#   LAB_SOAK_CYCLES  cycles of the real-VF soak scenario (default 40; make
+#                lab-soak runs 200)
 set -euo pipefail
 
 LAB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -146,8 +149,13 @@ build_guest_tests() {
 	(cd "$ROOT" && go vet -tags labguest ./integration/lab/guest &&
 		go test -c -tags labguest -o "$SHARE/guest.test" ./integration/lab/guest) ||
 		die "building the guest scenarios failed"
-	: >"$SHARE/guest-args"
+	# The scenarios stop (with a goroutine dump) a minute before QEMU would.
+	printf -- '-test.timeout=%ds\n' $((TIMEOUT > 120 ? TIMEOUT - 60 : 60)) >"$SHARE/guest-args"
 	if [ -n "${LAB_RUN:-}" ]; then printf -- '-test.run=%s\n' "$LAB_RUN" >>"$SHARE/guest-args"; fi
+	if [ -n "${LAB_SOAK_CYCLES:-}" ]; then
+		case $LAB_SOAK_CYCLES in *[!0-9]*) die "LAB_SOAK_CYCLES=$LAB_SOAK_CYCLES is not a number" ;; esac
+		printf -- '-lab.soak-cycles=%s\n' "$LAB_SOAK_CYCLES" >>"$SHARE/guest-args"
+	fi
 }
 
 # module_index prints "name path" for every module file of the unpacked kernel.

@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/vishvananda/netlink"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
@@ -435,4 +436,31 @@ func TestParallelAttachments(t *testing.T) {
 	for i := range n {
 		e.wantHome(i)
 	}
+}
+
+// TestDelWhenHostNameIsTaken: the name host-device will restore (its alias)
+// was taken on the host while the VF was in the pod, as when another VF
+// returns from a deleted netns under the same pod name. Our DEL points the
+// alias at a free name so host-device's move home cannot fail with EEXIST
+// on every retry and strand the VF.
+func TestDelWhenHostNameIsTaken(t *testing.T) {
+	e := newEnv(t, vfOpts{numVFs: 1})
+	pod := harness.NewNetns(t)
+	c := e.chain("1.1.0", 0, nil)
+	r := rt("c-taken", pod)
+	if _, err := c.Add(r); err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	squatter := netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: e.vfs[0].Host}, PeerName: "squat0"}
+	if err := netlink.LinkAdd(&squatter); err != nil {
+		t.Fatalf("take the host name: %v", err)
+	}
+	t.Cleanup(func() { _ = netlink.LinkDel(&squatter) })
+	if err := c.Del(r); err != nil {
+		t.Fatalf("DEL with the host name taken: %v\nlog:\n%s", err, e.logTail())
+	}
+	if l := harness.HostLink("vf18s00f2"); l == nil || !slices.Contains(l.Attrs().AltNames, e.vfs[0].AltName) {
+		t.Fatalf("VF not home under its fallback name vf18s00f2: %s", harness.Describe(l))
+	}
+	e.wantRecords(0)
 }

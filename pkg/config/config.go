@@ -74,6 +74,10 @@ type NetConf struct {
 	PCIAddress string `json:"-"`
 	// Level is LogLevel as a slog level.
 	Level slog.Level `json:"-"`
+	// PathError is set by ParseLenient when stateDir, sysfsRoot or logFile
+	// is unusable. The paths then hold defaults that belong to other
+	// configurations, so DEL must not read or write state through them.
+	PathError error `json:"-"`
 }
 
 // PortWait returns how long ADD may wait for the port to come up.
@@ -120,8 +124,9 @@ func ParseLenient(stdin []byte) (*NetConf, error) {
 		return nil, fieldErr("network configuration", "not valid JSON: %v", err)
 	}
 	applyDefaults(conf)
-	if validatePaths(conf) != nil {
+	if err := validatePaths(conf); err != nil {
 		conf.StateDir, conf.SysfsRoot, conf.LogFile = DefaultStateDir, DefaultSysfsRoot, ""
+		conf.PathError = err
 	}
 	if validateLogLevel(conf) != nil {
 		conf.Level = slog.LevelInfo
@@ -153,8 +158,16 @@ func decodeSkippingBadFields(stdin []byte) (*NetConf, error) {
 		if !errors.As(err, &typeErr) {
 			return nil, err
 		}
-		top, _, _ := strings.Cut(typeErr.Field, ".")
-		if _, ok := fields[top]; !ok {
+		// Field is the path to the bad value, embedded structs included
+		// ("PluginConf.prevResult"): drop its first top-level key.
+		top := ""
+		for _, part := range strings.Split(typeErr.Field, ".") {
+			if _, ok := fields[part]; ok {
+				top = part
+				break
+			}
+		}
+		if top == "" {
 			return nil, err
 		}
 		delete(fields, top)

@@ -178,6 +178,10 @@ func Run(opts Options) (*Report, error) {
 		r.checkNames()
 	}
 	if opts.Spec != nil {
+		if r.links == nil && r.linkErr == nil {
+			// The spec names netdevs even on a node without Mellanox devices.
+			r.links, r.linkErr = listHostLinks()
+		}
 		r.checkSpec()
 	}
 	sortFindings(r.findings)

@@ -58,6 +58,9 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return cniErr(types.ErrIOFailure, "VF %s: %v", a.pci, err)
 	}
 	defer unlock()
+	if err := p.claimVF(a); err != nil {
+		return err
+	}
 	if err := p.readHostFacts(a); err != nil {
 		return err
 	}
@@ -77,7 +80,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return nil
 	})
 	if errors.Is(err, vfnet.ErrNetnsGone) {
-		return cniErr(types.ErrInvalidEnvironmentVariables, "VF %s: pod netns %s does not exist", a.pci, args.Netns)
+		return cniErr(types.ErrInvalidEnvironmentVariables, "VF %s: pod netns %s does not exist or is not a network namespace", a.pci, args.Netns)
 	}
 	if err != nil {
 		return asCNIError(err, a)
@@ -131,6 +134,48 @@ func parsePrevResult(conf *config.NetConf) (*current.Result, error) {
 		return nil, cniErr(types.ErrDecodingFailure, "cannot convert prevResult to %s: %v", current.ImplementedSpecVersion, err)
 	}
 	return prev, nil
+}
+
+// claimVF makes sure no other live attachment owns the VF; it runs under
+// the VF's lock, so of two ADDs racing for one VF exactly one gets it. A
+// record for the same PCI address under another key is live while its
+// netns still holds the VF: that is a conflict (a device plugin handing
+// out one VF twice). Otherwise its DEL was lost and the record is stale:
+// it is dropped, so a late DEL of that attachment finds the new owner's
+// record and leaves the VF alone.
+func (p *Plugin) claimVF(a *attachment) error {
+	recs, err := p.store.List()
+	if err != nil {
+		p.log.Warn("some records are unreadable", "err", err)
+	}
+	self := state.Key{Network: p.conf.Name, ContainerID: a.args.ContainerID, IfName: a.args.IfName}
+	for _, r := range recs {
+		if r.PCI != a.pci || r.Key() == self {
+			continue
+		}
+		err := vfnet.InNetns(r.Netns, func(h *vfnet.Handle) error {
+			_, err := h.Locate(r.PCI, r.AltName)
+			return err
+		})
+		var nf *vfnet.NotFoundError
+		var conflict *vfnet.AltNameConflictError
+		if errors.Is(err, vfnet.ErrNetnsGone) || errors.As(err, &nf) || errors.As(err, &conflict) {
+			p.log.Warn("dropping a stale record of this VF: its netns no longer holds it", "vf", a.pci,
+				"container", r.ContainerID, "ifname", r.IfName, "network", r.Network, "netns", r.Netns)
+			if err := p.store.Delete(r.Key()); err != nil {
+				return cniErr(types.ErrIOFailure, "VF %s: %v", a.pci, err)
+			}
+			continue
+		}
+		why := "its netns still holds the VF"
+		if err != nil {
+			why = fmt.Sprintf("cannot tell whether its netns still holds the VF: %v", err)
+		}
+		return cniErr(ErrConflict, "VF %s is already attached to container %s (network %s, ifname %s, netns %s; %s); "+
+			"refusing to attach it to container %s too: is the device plugin handing out one VF twice? DEL the old attachment first",
+			a.pci, r.ContainerID, r.Network, r.IfName, r.Netns, why, a.args.ContainerID)
+	}
+	return nil
 }
 
 // readHostFacts reads the VF's PF, index and RDMA devices from sysfs and
@@ -272,7 +317,11 @@ func guidProblem(a *attachment, sys sysfs.Reader) string {
 				"before kubelet starts: see hostconfig)", d.Name, d.NodeGUID, a.vf.PF, a.vf.Index)
 		}
 	}
-	all, err := sys.NodeGUIDs()
+	guids := make([]sysfs.GUID, len(a.vf.RDMA))
+	for i, d := range a.vf.RDMA {
+		guids[i] = d.NodeGUID
+	}
+	all, err := sys.GUIDHolders(guids...)
 	if err != nil {
 		return fmt.Sprintf("cannot list the node's GUIDs for the duplicate check: %v", err)
 	}

@@ -39,7 +39,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	}
 	obs, err := drift.Observe(exp, p.sys)
 	if errors.Is(err, drift.ErrNetnsGone) {
-		return cniErr(types.ErrInvalidEnvironmentVariables, "VF %s: pod netns %s does not exist", exp.PCI, args.Netns)
+		return cniErr(types.ErrInvalidEnvironmentVariables, "VF %s: pod netns %s does not exist or is not a network namespace", exp.PCI, args.Netns)
 	}
 	if err != nil {
 		return cniErr(types.ErrInternal, "VF %s in netns %s: %v", exp.PCI, args.Netns, err)

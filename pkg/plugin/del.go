@@ -2,7 +2,9 @@ package plugin
 
 import (
 	"errors"
+	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -20,6 +22,17 @@ import (
 // altname we added is removed, and the record goes. A missing netns, link,
 // record or prevResult is not an error, and DEL is safe to repeat.
 func (p *Plugin) Del(args *skel.CmdArgs) error {
+	if p.conf.PathError != nil {
+		// ADD rejects this configuration's paths, so it has no record, and
+		// the defaults standing in for them belong to other networks: hand
+		// the VF back without reading or writing any state.
+		p.log.Warn("DEL: unusable path in the configuration; handing the VF back without state", "err", p.conf.PathError)
+		pci, altName := p.delTarget(args, nil)
+		if pci == "" {
+			return nil
+		}
+		return p.handBackIn(args, pci, altName, nil)
+	}
 	key := state.Key{Network: p.conf.Name, ContainerID: args.ContainerID, IfName: args.IfName}
 	rec, err := p.store.Load(key)
 	if err != nil && !errors.Is(err, state.ErrNotFound) {
@@ -39,18 +52,43 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		p.log.Warn("DEL: VF belongs to another attachment now; leaving it alone", "vf", pci, "container", args.ContainerID)
 		return nil
 	}
-	if args.Netns != "" {
-		err := vfnet.InNetns(args.Netns, func(h *vfnet.Handle) error { return p.handBack(h, args, pci, altName, rec) })
-		switch {
-		case errors.Is(err, vfnet.ErrNetnsGone):
-			p.log.Info("DEL: pod netns is gone; the kernel returned the VF to the host", "vf", pci, "netns", args.Netns)
-		case err != nil:
-			// Keep the record: a retried DEL can finish the job.
-			return cniErr(types.ErrTryAgainLater, "DEL of VF %s in netns %s: %v", pci, args.Netns, err)
-		}
+	if err := p.handBackIn(args, pci, altName, rec); err != nil {
+		// Keep the record: a retried DEL can finish the job.
+		return err
 	}
 	if err := p.store.Delete(key); err != nil {
 		p.log.Warn("DEL: cannot remove record", "err", err)
+	}
+	p.log.Info("detached", "vf", pci, "netns", args.Netns, "ifname", args.IfName, "container", args.ContainerID)
+	return nil
+}
+
+// handBackIn runs handBack in the pod netns, if DEL names one; a netns that
+// is gone is not an error.
+func (p *Plugin) handBackIn(args *skel.CmdArgs, pci, altName string, rec *state.Record) error {
+	if args.Netns == "" {
+		return nil
+	}
+	// A handle in our own (the host's) netns, opened before entering the
+	// pod's: handBack checks against it that the VF's way home is free.
+	host, err := vfnet.OpenHere()
+	if err != nil {
+		p.log.Warn("DEL: cannot look at the host's links; not checking the VF's host name", "err", err)
+	} else {
+		defer host.Close()
+	}
+	err = vfnet.InNetns(args.Netns, func(h *vfnet.Handle) error {
+		link, err := p.handBack(h, args, pci, altName, rec)
+		if err != nil || link == nil {
+			return err
+		}
+		return p.freeHostName(h, host, link, pci)
+	})
+	switch {
+	case errors.Is(err, vfnet.ErrNetnsGone):
+		p.log.Info("DEL: pod netns is gone; the kernel returned the VF to the host", "vf", pci, "netns", args.Netns)
+	case err != nil:
+		return cniErr(types.ErrTryAgainLater, "DEL of VF %s in netns %s: %v", pci, args.Netns, err)
 	}
 	return nil
 }
@@ -86,17 +124,48 @@ func (p *Plugin) ownedByOther(pci string, self state.Key) bool {
 	return slices.ContainsFunc(recs, func(r *state.Record) bool { return r.PCI == pci && r.Key() != self })
 }
 
+// freeHostName makes sure the host name host-device will restore (kept in
+// the link's alias) is free on the host. A VF that came back from a deleted
+// pod netns keeps its pod name (net1) on the host; host-device records that
+// as its host name on the next ADD, and when another VF has taken it by the
+// DEL, host-device's move home fails with EEXIST on every retry and the VF
+// is stranded. We point the alias at a free name derived from the PCI
+// address instead; udev's .link rules rename it on the host as usual.
+func (p *Plugin) freeHostName(h *vfnet.Handle, host *vfnet.Handle, link netlink.Link, pci string) error {
+	if host == nil {
+		return nil
+	}
+	alias := link.Attrs().Alias
+	if alias == "" || !host.Taken(alias) {
+		return nil
+	}
+	free := vfnet.FallbackName(pci)
+	for i := 0; host.Taken(free); i++ {
+		if i == 9 {
+			return fmt.Errorf("VF %s: its host name %s is taken on the host, and so are the fallbacks", pci, alias)
+		}
+		free = vfnet.FallbackName(pci) + strconv.Itoa(i)
+	}
+	if err := h.SetAlias(link, free); err != nil {
+		return err
+	}
+	p.log.Warn("DEL: the VF's host name is taken on the host; it goes home under another name",
+		"vf", pci, "taken", alias, "now", free)
+	return nil
+}
+
 // handBack renames the VF to CNI_IFNAME and removes an altname we added.
-func (p *Plugin) handBack(h *vfnet.Handle, args *skel.CmdArgs, pci, altName string, rec *state.Record) error {
+// It returns the VF's link, nil when the VF is not in the pod netns.
+func (p *Plugin) handBack(h *vfnet.Handle, args *skel.CmdArgs, pci, altName string, rec *state.Record) (netlink.Link, error) {
 	f, err := h.Locate(pci, altName)
 	var nf *vfnet.NotFoundError
 	var conflict *vfnet.AltNameConflictError
 	if errors.As(err, &nf) || errors.As(err, &conflict) {
 		p.log.Info("DEL: VF not in the pod netns; nothing to hand back", "vf", pci, "netns", args.Netns)
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	link := f.Link
 	if rec != nil && rec.AddedAltName && slices.Contains(link.Attrs().AltNames, rec.AltName) {
@@ -105,23 +174,23 @@ func (p *Plugin) handBack(h *vfnet.Handle, args *skel.CmdArgs, pci, altName stri
 		}
 	}
 	if link.Attrs().Name == args.IfName {
-		return nil
+		return link, nil
 	}
 	holder, err := h.LinkByName(args.IfName)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if holder != nil {
 		p.log.Warn("DEL: CNI_IFNAME is held by another link; leaving the VF under its current name",
 			"vf", pci, "name", link.Attrs().Name, "holder", vfnet.Describe([]netlink.Link{holder}))
-		return nil
+		return link, nil
 	}
 	if link, err = h.Refresh(link); err != nil {
-		return err
+		return nil, err
 	}
 	if err := h.Rename(link, args.IfName); err != nil {
-		return err
+		return nil, err
 	}
 	p.log.Warn("DEL: renamed VF back for the plugin before us", "vf", pci, "was", f.Link.Attrs().Name, "now", args.IfName)
-	return nil
+	return link, nil
 }

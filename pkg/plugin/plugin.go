@@ -71,13 +71,19 @@ func run(args *skel.CmdArgs, parse func([]byte) (*config.NetConf, error), verb f
 	}
 	p, closeLog := New(conf, os.Stderr)
 	defer closeLog()
-	return verb(p, args)
+	err = verb(p, args)
+	if err != nil {
+		// The runtime shows the error to one pod; the log keeps it for the node.
+		p.log.Error("failed", "command", os.Getenv("CNI_COMMAND"), "container", args.ContainerID,
+			"ifname", args.IfName, "netns", args.Netns, "err", err)
+	}
+	return err
 }
 
 // Plugin error codes (100 and up are the plugin's own).
 const (
 	ErrVFNotFound uint = 100 // the VF is not in the pod netns (or not in sysfs)
-	ErrConflict   uint = 101 // CNI_IFNAME or the altname is held by another link
+	ErrConflict   uint = 101 // CNI_IFNAME or the altname is held by another link, or another live attachment owns the VF
 	ErrBadGUID    uint = 102 // GUID zero, all-F or shared with another function
 	ErrPortDown   uint = 103 // port not ACTIVE/LinkUp or no carrier within portWaitMs
 	ErrMismatch   uint = 104 // link layer or MTU differs from the configuration

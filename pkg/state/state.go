@@ -116,7 +116,33 @@ func (s *Store) Save(r *Record) error {
 	if err := os.MkdirAll(s.recordDir(), 0o700); err != nil {
 		return fmt.Errorf("create state directory: %w", err)
 	}
-	return writeAtomic(s.Path(r.Key()), data)
+	if err := writeAtomic(s.Path(r.Key()), data); err != nil {
+		return err
+	}
+	removeStaleTemps(s.recordDir())
+	return nil
+}
+
+// staleTempAge is how old a temp or probe file must be before Save removes
+// it. A plugin killed between creating and renaming one leaves it behind;
+// no live write takes this long.
+const staleTempAge = 10 * time.Minute
+
+// removeStaleTemps deletes the temp and probe files that killed writers
+// left in dir, so crashes do not pile up files in the state directory.
+func removeStaleTemps(dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), ".tmp-") && !strings.HasPrefix(e.Name(), ".probe-") {
+			continue
+		}
+		if info, err := e.Info(); err == nil && info.Mode().IsRegular() && time.Since(info.ModTime()) > staleTempAge {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
 }
 
 func writeAtomic(path string, data []byte) (err error) {

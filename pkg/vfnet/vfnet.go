@@ -46,6 +46,49 @@ func InNetns(path string, fn func(h *Handle) error) error {
 	return err
 }
 
+// OpenHere opens a NETLINK_ROUTE handle in the calling thread's current
+// netns. Close it when done.
+func OpenHere() (*Handle, error) {
+	nh, err := netlinksafe.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("open netlink: %w", err)
+	}
+	return &Handle{nl: nh, path: "(host)"}, nil
+}
+
+// Close releases the handle's socket.
+func (h *Handle) Close() { h.nl.Close() }
+
+// Taken reports whether a link of the handle's netns has name as its name
+// or an altname (the kernel resolves both). A lookup error counts as taken.
+func (h *Handle) Taken(name string) bool {
+	_, err := h.nl.LinkByName(name)
+	var nf netlink.LinkNotFoundError
+	return !errors.As(err, &nf)
+}
+
+// SetAlias sets the link's ifalias.
+// Equivalent to: ip link set dev $link alias $alias
+func (h *Handle) SetAlias(l netlink.Link, alias string) error {
+	if err := h.nl.LinkSetAlias(l, alias); err != nil {
+		return fmt.Errorf("set alias of %s in netns %s: %w", l.Attrs().Name, h.path, err)
+	}
+	return nil
+}
+
+// FallbackName is a host interface name for a VF derived from its PCI
+// address alone, e.g. vf18s00f2 for 0000:18:00.2 (the domain is added when
+// not 0000). It always fits IFNAMSIZ.
+func FallbackName(pci string) string {
+	domain, rest, _ := strings.Cut(pci, ":")
+	bus, rest, _ := strings.Cut(rest, ":")
+	dev, fn, _ := strings.Cut(rest, ".")
+	if domain == "0000" {
+		domain = ""
+	}
+	return "vf" + domain + bus + "s" + dev + "f" + fn
+}
+
 // Netns is the path the handle was opened in.
 func (h *Handle) Netns() string { return h.path }
 
@@ -142,7 +185,9 @@ func (h *Handle) byBusInfo(links []netlink.Link, pci string) netlink.Link {
 	}()
 	for _, l := range links {
 		a := l.Attrs()
-		if a.ParentDev != "" || a.Flags&net.FlagLoopback != 0 {
+		// A veth (a pod's eth0, a test's stand-in) has no bus, and asking
+		// costs an ioctl that waits for the RTNL lock.
+		if a.ParentDev != "" || a.Flags&net.FlagLoopback != 0 || l.Type() == "veth" {
 			continue
 		}
 		if fd < 0 {

@@ -111,13 +111,22 @@ type attachment struct {
 // failing scenario does not strand VFs.
 func (e *env) attach(p *pod, v vf, o opts) *attachment {
 	e.t.Helper()
-	list, err := confList(e.netConf(v, o))
+	a, err := e.newAttachment(p, v, o)
 	if err != nil {
-		e.t.Fatalf("network list for %s: %v", v, err)
+		e.t.Fatal(err)
 	}
-	a := &attachment{e: e, pod: p, vf: v, list: list}
 	e.t.Cleanup(a.delIfStillInPod)
 	return a
+}
+
+// newAttachment prepares the chain for a VF in a pod and leaves cleaning up
+// to the caller; for goroutines, where a test may not stop.
+func (e *env) newAttachment(p *pod, v vf, o opts) (*attachment, error) {
+	list, err := confList(e.netConf(v, o))
+	if err != nil {
+		return nil, fmt.Errorf("network list for %s: %w", v, err)
+	}
+	return &attachment{e: e, pod: p, vf: v, list: list}, nil
 }
 
 func confList(conf map[string]any) (*libcni.NetworkConfigList, error) {

@@ -50,7 +50,7 @@ func withHandle(path string, f func(h *netlink.Handle) error) error {
 func linkByParent(path, addr string) (netlink.Link, error) {
 	var found netlink.Link
 	err := withHandle(path, func(h *netlink.Handle) error {
-		links, err := h.LinkList()
+		links, err := linkList(h)
 		if err != nil {
 			return err
 		}
@@ -63,6 +63,19 @@ func linkByParent(path, addr string) (netlink.Link, error) {
 		return fmt.Errorf("%s in netns %q: %w (holds %s)", addr, path, errNoVF, linkNames(links))
 	})
 	return found, err
+}
+
+// linkList dumps a netns's links, again when a concurrent change
+// interrupted the dump (NLM_F_DUMP_INTR: the list may be inconsistent), as
+// it often is while other scenarios' goroutines move VFs.
+func linkList(h *netlink.Handle) ([]netlink.Link, error) {
+	for range 20 {
+		links, err := h.LinkList()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return links, err
+		}
+	}
+	return nil, fmt.Errorf("list links: dump interrupted 20 times: %w", netlink.ErrDumpInterrupted)
 }
 
 func linkNames(links []netlink.Link) string {

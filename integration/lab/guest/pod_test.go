@@ -7,10 +7,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
+	"golang.org/x/sys/unix"
 )
 
 // pod is a sandbox as a runtime makes one: a named netns under /run/netns
@@ -25,17 +28,26 @@ type pod struct {
 // inside then returns to the root netns, which the lab's hygiene checks).
 func newPod(t testing.TB, name string) *pod {
 	t.Helper()
-	n, err := testutils.NewNS()
+	p, err := makePod(name)
 	if err != nil {
-		t.Fatalf("create netns for pod %s: %v", name, err)
+		t.Fatal(err)
 	}
-	p := &pod{Name: name, ID: containerID(), ns: n}
 	t.Cleanup(func() {
 		if err := p.vanish(); err != nil {
 			t.Errorf("remove pod %s: %v", name, err)
 		}
 	})
 	return p
+}
+
+// makePod creates a pod netns that the caller must vanish; for goroutines,
+// where a test may not stop.
+func makePod(name string) (*pod, error) {
+	n, err := testutils.NewNS()
+	if err != nil {
+		return nil, fmt.Errorf("create netns for pod %s: %w", name, err)
+	}
+	return &pod{Name: name, ID: containerID(), ns: n}, nil
 }
 
 // Path is the netns path a runtime passes as CNI_NETNS: empty once the
@@ -55,7 +67,26 @@ func (p *pod) vanish() error {
 	}
 	n := p.ns
 	p.ns = nil
-	return errors.Join(n.Close(), testutils.UnmountNS(n))
+	return errors.Join(n.Close(), unmountNetns(n.Path()))
+}
+
+// unmountNetns removes a pod's netns bind mount, and with it the netns
+// once nothing else holds it. A plugin that another goroutine is starting
+// holds every open file of the test between its fork and its exec, the
+// netns file included, and the unmount fails with EBUSY meanwhile: retry.
+// Equivalent to: umount $path; rm $path
+func unmountNetns(path string) error {
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		err = unix.Unmount(path, 0)
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("unmount netns %s: %w", path, err)
+	}
+	return os.Remove(path)
 }
 
 func (p *pod) String() string { return fmt.Sprintf("pod %s (%s)", p.Name, p.Path()) }

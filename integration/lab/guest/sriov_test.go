@@ -169,6 +169,26 @@ func enableVFs(addr string, n int) (pf, error) {
 	return p, nil
 }
 
+// reload re-reads every PF's VFs after something removed and re-created
+// them (new VFs get new MACs), creating them again if they are gone. The
+// names recorded at setup stay: the hygiene after each scenario gives them
+// back. Scenarios run one at a time, so nothing reads the lab meanwhile.
+func (l *lab) reload() error {
+	for i, p := range l.PFs {
+		fresh, err := enableVFs(p.PCI, len(p.VFs))
+		if err != nil {
+			return err
+		}
+		for j, v := range p.VFs {
+			if fresh.VFs[j].PCI != v.PCI {
+				return fmt.Errorf("PF %s VF %d is %s now, was %s", p.PCI, j, fresh.VFs[j].PCI, v.PCI)
+			}
+			l.PFs[i].VFs[j].MAC = fresh.VFs[j].MAC
+		}
+	}
+	return nil
+}
+
 // waitVF waits for the PF's virtfnN to have a netdev in the root netns.
 func waitVF(pfAddr, pfLink string, i int, timeout time.Duration) (vf, error) {
 	v := vf{PF: pfAddr, Index: i, PFLink: pfLink}
