@@ -147,7 +147,7 @@ func removeStaleTemps(dir string) {
 
 func writeAtomic(path string, data []byte) (err error) {
 	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, ".tmp-*")
+	tmp, err := os.CreateTemp(dir, ".tmp-*") // mode 0600
 	if err != nil {
 		return fmt.Errorf("create temp file in %s: %w", dir, err)
 	}
@@ -157,9 +157,6 @@ func writeAtomic(path string, data []byte) (err error) {
 			os.Remove(tmp.Name())
 		}
 	}()
-	if err = tmp.Chmod(0o600); err != nil {
-		return fmt.Errorf("chmod %s: %w", tmp.Name(), err)
-	}
 	if _, err = tmp.Write(data); err != nil {
 		return fmt.Errorf("write %s: %w", tmp.Name(), err)
 	}

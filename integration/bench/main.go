@@ -1,0 +1,120 @@
+// Command bench measures what sriov-stable-cni costs a pod start, beside the
+// peers in the same run (issue 7). In private namespaces, with veth
+// stand-ins for VFs and a DGX H200 fixture sysfs, it runs the chains
+// [host-device], [host-device, tuning], [host-device, noop-chained] (the
+// floor: a Go plugin that only parses and passes prevResult through) and
+// [host-device, sriov-stable-cni] through libcni, interleaved round by
+// round, then 32 parallel ADDs, VERSION execs and binary sizes. It prints a
+// Markdown table and exits 1 when a target is missed or a chain fails, 2
+// when it cannot start.
+//
+// Timings are not tests: `make bench` runs it, `make test` does not.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
+)
+
+type options struct {
+	binDir         string
+	rounds         int
+	warmup         int
+	parallel       int
+	parallelRounds int
+	versionRuns    int
+	rssRuns        int
+	neighbors      int
+	diskDir        string
+	baseline       string
+	cniVersion     string
+	tuning         string
+	seed           uint64
+}
+
+func parseFlags() options {
+	var o options
+	flag.StringVar(&o.binDir, "bin-dir", "bin", "directory with sriov-stable-cni, host-device, tuning and noop-chained")
+	flag.IntVar(&o.rounds, "rounds", 200, "measured interleaved rounds (each runs ADD, CHECK, DEL of every chain)")
+	flag.IntVar(&o.warmup, "warmup", 10, "unmeasured rounds first")
+	flag.IntVar(&o.parallel, "parallel", 32, "ADDs started at once on distinct stand-ins")
+	flag.IntVar(&o.parallelRounds, "parallel-rounds", 5, "times the parallel ADD burst is repeated")
+	flag.IntVar(&o.versionRuns, "version-runs", 200, "VERSION execs per binary")
+	flag.IntVar(&o.rssRuns, "rss-runs", 5, "ADDs per chain with the plugin under ptrace for its peak RSS (not timed)")
+	flag.StringVar(&o.diskDir, "disk-dir", "/var/tmp", "where our state dir and libcni's cache go: a disk-backed directory, as /var/lib/cni is")
+	flag.IntVar(&o.neighbors, "neighbors", 7, "records of other live attachments in our state dir, as on a node whose other VFs are in use")
+	flag.StringVar(&o.cniVersion, "cni-version", "1.1.0", "cniVersion of the chains (CHECK needs 0.4.0 or later)")
+	flag.StringVar(&o.tuning, "tuning", "realistic", `tuning's configuration: "realistic" (sets mtu and a sysctl) or "empty"`)
+	flag.Uint64Var(&o.seed, "seed", 1, "seed of the interleaving order")
+	flag.StringVar(&o.baseline, "baseline", "", "another sriov-stable-cni binary (say, before a change) to run as a fifth chain, for an A/B in the same run")
+	flag.Parse()
+	return o
+}
+
+func main() {
+	o := parseFlags()
+	if o.tuning != "realistic" && o.tuning != "empty" {
+		fmt.Fprintf(os.Stderr, "bench: -tuning must be realistic or empty, not %q\n", o.tuning)
+		os.Exit(2)
+	}
+	code, parent, err := harness.Reexec()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(2)
+	}
+	if parent {
+		os.Exit(code)
+	}
+	if o.binDir, err = filepath.Abs(o.binDir); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(2)
+	}
+	tb := harness.NewProgramTB()
+	if o.baseline != "" {
+		o.binDir = withBaseline(tb, o.binDir, o.baseline)
+	}
+	r := run(tb, o)
+	tb.Close()
+	r.print(os.Stdout)
+	if !r.passed() {
+		os.Exit(1)
+	}
+}
+
+// run does every measurement and returns what the report needs.
+func run(tb *harness.ProgramTB, o options) *report {
+	r := &report{opts: o, machine: describeMachine(o.diskDir)}
+	n := newNode(tb, o)
+	tb.Logf("bench: %d interleaved rounds (+%d warm-up)", o.rounds, o.warmup)
+	r.serial = serialRounds(tb, n, o)
+	tb.Logf("bench: %d × %d parallel ADDs of 4 chains", o.parallelRounds, o.parallel)
+	r.parallel = parallelBursts(tb, n, o)
+	tb.Logf("bench: %d VERSION execs per binary", o.versionRuns)
+	r.version = versionExecs(tb, o, benchBinaries(o))
+	r.sizes = binarySizes(tb, o.binDir, benchBinaries(o))
+	r.machine.loadAfter = loadAvg()
+	return r
+}
+
+// withBaseline makes a bin dir holding the plugins of binDir and a copy of
+// the baseline binary under the type ourBaseline.
+func withBaseline(tb *harness.ProgramTB, binDir, baseline string) string {
+	dir := tb.TempDir()
+	for _, name := range []string{ours, tuning, floor, hostDevice} {
+		if err := os.Symlink(filepath.Join(binDir, name), filepath.Join(dir, name)); err != nil {
+			tb.Fatalf("%v", err)
+		}
+	}
+	data, err := os.ReadFile(baseline)
+	if err != nil {
+		tb.Fatalf("baseline: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ourBaseline), data, 0o755); err != nil {
+		tb.Fatalf("baseline: %v", err)
+	}
+	return dir
+}

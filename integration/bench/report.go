@@ -1,0 +1,209 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"time"
+)
+
+// report is every measurement of one run and the targets judged on them.
+type report struct {
+	opts     options
+	machine  machine
+	serial   *serialResult
+	parallel []*parallelResult
+	version  map[string][]time.Duration
+	sizes    map[string]int64
+}
+
+// target is one of issue 7's goals with what this run measured.
+type target struct {
+	name     string
+	measured string
+	ok       bool
+}
+
+// chainOverhead is the per-round difference of a chain's wall time and the
+// host-device-alone chain's in the same round.
+func (r *report) chainOverhead(name, verb string) []time.Duration {
+	return diffs(r.serial.get(name).times[verb], r.serial.get("host-device").times[verb])
+}
+
+// overhead is what the chain's second plugin adds to it: its own process's
+// wall time as libcni ran it. The chains are otherwise identical, so this is
+// the chain overhead without host-device's noise in it.
+func (r *report) overhead(name, verb string) []time.Duration {
+	return walls(r.serial.get(name).execs[verb])
+}
+
+func (r *report) parallelOf(name string) *parallelResult {
+	for _, p := range r.parallel {
+		if p.name == name {
+			return p
+		}
+	}
+	return &parallelResult{name: name}
+}
+
+func (r *report) targets() []target {
+	oursAdd, tunAdd, floorAdd := median(r.overhead("ours", "ADD")), median(r.overhead("tuning", "ADD")), median(r.overhead("floor", "ADD"))
+	oursChk, tunChk := median(r.overhead("ours", "CHECK")), median(r.overhead("tuning", "CHECK"))
+	p := r.parallelOf("ours")
+	serialMed := median(r.serial.get("ours").times["ADD"])
+	p99 := quantile(p.addLatency, 0.99)
+	verOurs, verTun := median(r.version[ours]), median(r.version[tuning])
+	return []target{
+		{"ADD overhead ≤ 1.0× tuning's", cmpText(oursAdd, tunAdd), le(oursAdd, tunAdd, 1.0)},
+		{"ADD overhead ≤ 1.2× the floor's", cmpText(oursAdd, floorAdd), le(oursAdd, floorAdd, 1.2)},
+		{"CHECK overhead ≤ tuning's", cmpText(oursChk, tunChk), le(oursChk, tunChk, 1.0)},
+		{fmt.Sprintf("%d parallel ADDs: 0 failures", r.opts.parallel), fmt.Sprintf("%d ADD, %d DEL", p.addFails, p.delFails),
+			p.addFails+p.delFails == 0 && len(p.addLatency) > 0},
+		{"parallel ADD p99 ≤ 3× serial median ([host-device, ours] chain)", cmpText(p99, serialMed),
+			len(p.addLatency) > 0 && le(p99, serialMed, 3.0)},
+		{"VERSION exec ≤ 1.1× tuning's", cmpText(verOurs, verTun), le(verOurs, verTun, 1.1)},
+	}
+}
+
+func cmpText(a, b time.Duration) string {
+	return fmt.Sprintf("%s (%s vs %s ms)", times(ratio(a, b)), ms(a), ms(b))
+}
+
+// le reports a ≤ factor·b. A non-positive b (noise swallowed the baseline)
+// fails: the comparison means nothing then.
+func le(a, b time.Duration, factor float64) bool {
+	return b > 0 && float64(a) <= factor*float64(b)
+}
+
+func (r *report) passed() bool {
+	return !slices.ContainsFunc(r.targets(), func(t target) bool { return !t.ok })
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
+
+func p50p90(ds []time.Duration) string { return ms(median(ds)) + " / " + ms(quantile(ds, 0.9)) }
+
+func (r *report) print(w io.Writer) {
+	o, m := r.opts, r.machine
+	tuningDesc := "realistic: `mtu` 4092 and one sysctl (`net.ipv4.conf.IFNAME.arp_notify`), its backup in a tmpfs `dataDir`"
+	if o.tuning == "empty" {
+		tuningDesc = "empty: no `mtu`, no sysctl"
+	}
+	fmt.Fprintf(w, "## sriov-stable-cni bench\n\n")
+	fmt.Fprintf(w, "%s; %d × %s; kernel %s; load average %s before, %s after.  \n", m.date, m.cpus, m.cpuModel, m.kernel, m.loadBefore, m.loadAfter)
+	fmt.Fprintf(w, "cniVersion %s; %d interleaved rounds (+%d warm-up); tuning %s; our state dir (fsync'd records) and libcni's cache on %s (%s) with %d neighbour records; "+
+		"fixture sysfs and tuning's dataDir on tmpfs.\n\n", o.cniVersion, o.rounds, o.warmup, tuningDesc, o.diskDir, m.diskFS, o.neighbors)
+
+	fmt.Fprintf(w, "### Overhead: the added plugin's own process, as libcni ran it in the chain (wall ms, p50 / p90)\n\n")
+	fmt.Fprintf(w, "| verb | host-device | tuning | floor | ours | ours ÷ tuning | ours ÷ floor |\n|---|--:|--:|--:|--:|--:|--:|\n")
+	for _, verb := range verbs {
+		tun, fl, ou := r.overhead("tuning", verb), r.overhead("floor", verb), r.overhead("ours", verb)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", verb, p50p90(walls(r.serial.get("host-device").hd[verb])),
+			p50p90(tun), p50p90(fl), p50p90(ou), times(ratio(median(ou), median(tun))), times(ratio(median(ou), median(fl))))
+	}
+	if o.baseline != "" {
+		fmt.Fprintf(w, "\n-baseline %s, same configuration as ours (wall ms, p50 / p90; ours ÷ baseline):", o.baseline)
+		for _, verb := range verbs {
+			b := r.overhead("baseline", verb)
+			fmt.Fprintf(w, " %s %s (%s)", verb, p50p90(b), times(ratio(median(r.overhead("ours", verb)), median(b))))
+		}
+		fmt.Fprintf(w, "; ADD CPU p50 %s ms.\n", ms(median(cpus(r.serial.get("baseline").execs["ADD"]))))
+	}
+	fmt.Fprintf(w, "\nCPU (user+system) of one ADD, p50: ")
+	for i, name := range []string{"tuning", "floor", "ours"} {
+		if i > 0 {
+			fmt.Fprintf(w, ", ")
+		}
+		fmt.Fprintf(w, "%s %s ms", name, ms(median(cpus(r.serial.get(name).execs["ADD"]))))
+	}
+	fmt.Fprintf(w, ". Peak RSS of one ADD (VmHWM at exit, max of %d): ", o.rssRuns)
+	for i, name := range []string{"tuning", "floor", "ours"} {
+		if i > 0 {
+			fmt.Fprintf(w, ", ")
+		}
+		fmt.Fprintf(w, "%s %.1f MiB", name, float64(maxRSS(r.serial.get(name).rss))/1024)
+	}
+	fmt.Fprintf(w, ".\n")
+
+	fmt.Fprintf(w, "\n### Overhead over [host-device] alone, by chain (wall ms per round: chain − host-device chain, same round; p50 / p90)\n\n")
+	fmt.Fprintf(w, "| verb | [host-device] chain | tuning | floor | ours | ours ÷ tuning | ours ÷ floor |\n|---|--:|--:|--:|--:|--:|--:|\n")
+	for _, verb := range verbs {
+		tun, fl, ou := r.chainOverhead("tuning", verb), r.chainOverhead("floor", verb), r.chainOverhead("ours", verb)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", verb, p50p90(r.serial.get("host-device").times[verb]),
+			p50p90(tun), p50p90(fl), p50p90(ou), times(ratio(median(ou), median(tun))), times(ratio(median(ou), median(fl))))
+	}
+
+	fmt.Fprintf(w, "\n### %d ADDs started at once on distinct stand-ins, %d bursts per chain (then a parallel DEL)\n\n", o.parallel, o.parallelRounds)
+	fmt.Fprintf(w, "| chain | failures (ADD / DEL) | chain p50 / p99 | serial chain p50 | p99 ÷ serial | last plugin's process p50 / p99 | its CPU p50 |\n")
+	fmt.Fprintf(w, "|---|--:|--:|--:|--:|--:|--:|\n")
+	for _, p := range r.parallel {
+		serial := median(r.serial.get(p.name).times["ADD"])
+		pw := walls(p.execs)
+		fmt.Fprintf(w, "| %s | %d / %d | %s / %s | %s | %s | %s / %s | %s |\n", chainName(p.second), p.addFails, p.delFails,
+			ms(median(p.addLatency)), ms(quantile(p.addLatency, 0.99)), ms(serial), times(ratio(quantile(p.addLatency, 0.99), serial)),
+			ms(median(pw)), ms(quantile(pw, 0.99)), ms(median(cpus(p.execs))))
+		if p.firstErr != nil {
+			defer fmt.Fprintf(w, "\nFirst failure (%s): %v\n", p.name, p.firstErr)
+		}
+	}
+
+	fmt.Fprintf(w, "\n### VERSION exec (%d runs each, interleaved) and binary size\n\n", o.versionRuns)
+	fmt.Fprintf(w, "| binary | VERSION p50 | VERSION p90 | size |\n|---|--:|--:|--:|\n")
+	for _, name := range benchBinaries(o) {
+		fmt.Fprintf(w, "| %s | %s ms | %s ms | %.1f MiB |\n", name, ms(median(r.version[name])), ms(quantile(r.version[name], 0.9)),
+			float64(r.sizes[name])/(1<<20))
+	}
+
+	fmt.Fprintf(w, "\n### Targets\n\n| target | measured | result |\n|---|---|---|\n")
+	missed := 0
+	for _, t := range r.targets() {
+		res := "pass"
+		if !t.ok {
+			res, missed = "**MISSED**", missed+1
+		}
+		fmt.Fprintf(w, "| %s | %s | %s |\n", t.name, t.measured, res)
+	}
+	if missed == 0 {
+		fmt.Fprintf(w, "\nAll targets met.\n")
+	} else {
+		fmt.Fprintf(w, "\n%d target(s) missed.\n", missed)
+	}
+}
+
+func chainName(second string) string {
+	if second == "" {
+		return "[host-device]"
+	}
+	return "[host-device, " + second + "]"
+}
+
+func times(f float64) string {
+	if f == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f×", f)
+}
+
+func walls(es []execSample) []time.Duration {
+	out := make([]time.Duration, len(es))
+	for i, e := range es {
+		out[i] = e.Wall
+	}
+	return out
+}
+
+func cpus(es []execSample) []time.Duration {
+	out := make([]time.Duration, len(es))
+	for i, e := range es {
+		out[i] = e.CPU
+	}
+	return out
+}
+
+func maxRSS(es []execSample) int64 {
+	var m int64
+	for _, e := range es {
+		m = max(m, e.MaxRSS)
+	}
+	return m
+}

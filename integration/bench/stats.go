@@ -1,0 +1,42 @@
+package main
+
+import (
+	"slices"
+	"time"
+)
+
+// quantile returns the q-quantile (0..1) of ds by linear interpolation
+// between the closest ranks; 0 for no samples.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	pos := q * float64(len(s)-1)
+	lo := int(pos)
+	if lo+1 >= len(s) {
+		return s[len(s)-1]
+	}
+	frac := pos - float64(lo)
+	return s[lo] + time.Duration(frac*float64(s[lo+1]-s[lo]))
+}
+
+func median(ds []time.Duration) time.Duration { return quantile(ds, 0.5) }
+
+// diffs pairs two equally long series round by round: a[i] - b[i].
+func diffs(a, b []time.Duration) []time.Duration {
+	out := make([]time.Duration, min(len(a), len(b)))
+	for i := range out {
+		out[i] = a[i] - b[i]
+	}
+	return out
+}
+
+// ratio is a/b, or 0 when b is not positive (the report prints it as n/a).
+func ratio(a, b time.Duration) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
