@@ -5,25 +5,10 @@
 package monitor_test
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
 )
 
-func TestMain(m *testing.M) {
-	code, parent, err := harness.Reexec()
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			fmt.Fprintf(os.Stderr, "privileged monitor suite cannot run in CI: %v\n", err)
-			os.Exit(1)
-		}
-		fmt.Fprintf(os.Stderr, "SKIP privileged monitor suite: %v\n", err)
-		os.Exit(0)
-	}
-	if parent {
-		os.Exit(code)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { os.Exit(harness.RunPrivileged(m, "monitor")) }

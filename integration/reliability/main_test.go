@@ -13,34 +13,10 @@
 package reliability_test
 
 import (
-	"fmt"
 	"os"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
 )
 
-func TestMain(m *testing.M) {
-	code, parent, err := harness.Reexec()
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			fmt.Fprintf(os.Stderr, "privileged reliability suite cannot run in CI: %v\n", err)
-			os.Exit(1)
-		}
-		fmt.Fprintf(os.Stderr, "SKIP privileged reliability suite: %v\n", err)
-		os.Exit(0)
-	}
-	if parent {
-		os.Exit(code)
-	}
-	// The plugin's default state directory lives under /var/lib. Hide the
-	// host's behind a private tmpfs (this mount namespace only), so no input
-	// can reach it and the bad-input corpus can prove nothing was written there.
-	if err := unix.Mount("tmpfs", "/var/lib", "tmpfs", 0, "mode=755"); err != nil {
-		fmt.Fprintf(os.Stderr, "mount private /var/lib: %v\n", err)
-		os.Exit(1)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { os.Exit(harness.RunPrivileged(m, "reliability")) }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -24,10 +25,13 @@ const (
 // PCIToName turns a PCI address into the form used in names: ':' → '-'.
 func PCIToName(addr string) string { return strings.ReplaceAll(addr, ":", "-") }
 
-// RenderAltName expands an altName template: {pci} is the VF address with
-// ':' turned into '-', {pf} the PF address likewise and {vf} the VF index.
-// The result is checked with ValidateAltName.
-func RenderAltName(tmpl, vfPCI, pfPCI string, vfIndex int) (string, error) {
+// ErrUnclosedBrace reports a template with a '{' that no '}' closes.
+var ErrUnclosedBrace = errors.New("an unclosed '{'")
+
+// Expand replaces every {key} of tmpl with what lookup returns for key and
+// stops at the first lookup error. The altName template and hostconfig's
+// Name= patterns share it.
+func Expand(tmpl string, lookup func(key string) (string, error)) (string, error) {
 	var b strings.Builder
 	rest := tmpl
 	for rest != "" {
@@ -39,29 +43,48 @@ func RenderAltName(tmpl, vfPCI, pfPCI string, vfIndex int) (string, error) {
 		b.WriteString(rest[:i])
 		j := strings.IndexByte(rest[i:], '}')
 		if j < 0 {
-			return "", fieldErr("altName", "template %q has an unclosed '{'", truncate(tmpl, 64))
+			return "", ErrUnclosedBrace
 		}
-		switch key := rest[i+1 : i+j]; key {
-		case "pci":
-			b.WriteString(PCIToName(vfPCI))
-		case "pf":
-			if pfPCI == "" {
-				return "", fieldErr("altName", "template %q uses {pf} but VF %s has no PF", truncate(tmpl, 64), vfPCI)
-			}
-			b.WriteString(PCIToName(pfPCI))
-		case "vf":
-			if vfIndex < 0 {
-				return "", fieldErr("altName", "template %q uses {vf} but VF %s has no VF index", truncate(tmpl, 64), vfPCI)
-			}
-			b.WriteString(strconv.Itoa(vfIndex))
-		default:
-			return "", fieldErr("altName", "template %q has unknown placeholder {%s}; use {pci}, {pf} or {vf}", truncate(tmpl, 64), truncate(key, 32))
+		v, err := lookup(rest[i+1 : i+j])
+		if err != nil {
+			return "", err
 		}
+		b.WriteString(v)
 		rest = rest[i+j+1:]
 	}
-	name := b.String()
+	return b.String(), nil
+}
+
+// RenderAltName expands an altName template: {pci} is the VF address with
+// ':' turned into '-', {pf} the PF address likewise and {vf} the VF index.
+// The result is checked with ValidateAltName.
+func RenderAltName(tmpl, vfPCI, pfPCI string, vfIndex int) (string, error) {
+	t := truncate(tmpl, 64)
+	name, err := Expand(tmpl, func(key string) (string, error) {
+		switch key {
+		case "pci":
+			return PCIToName(vfPCI), nil
+		case "pf":
+			if pfPCI == "" {
+				return "", fieldErr("altName", "template %q uses {pf} but VF %s has no PF", t, vfPCI)
+			}
+			return PCIToName(pfPCI), nil
+		case "vf":
+			if vfIndex < 0 {
+				return "", fieldErr("altName", "template %q uses {vf} but VF %s has no VF index", t, vfPCI)
+			}
+			return strconv.Itoa(vfIndex), nil
+		}
+		return "", fieldErr("altName", "template %q has unknown placeholder {%s}; use {pci}, {pf} or {vf}", t, truncate(key, 32))
+	})
+	if errors.Is(err, ErrUnclosedBrace) {
+		return "", fieldErr("altName", "template %q has an unclosed '{'", t)
+	}
+	if err != nil {
+		return "", err
+	}
 	if err := ValidateAltName(name); err != nil {
-		return "", fieldErr("altName", "template %q gives %v", truncate(tmpl, 64), err)
+		return "", fieldErr("altName", "template %q gives %v", t, err)
 	}
 	return name, nil
 }

@@ -1,6 +1,7 @@
 package hostconfig
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -27,33 +28,24 @@ func kernelStyleName(name string) bool {
 // pattern, where {vf} is an error). The result must be a legal interface
 // name that nobody else assigns.
 func renderName(field, pattern string, pfidx, vf int) (string, error) {
-	var b strings.Builder
-	rest := pattern
-	for rest != "" {
-		i := strings.IndexByte(rest, '{')
-		if i < 0 {
-			b.WriteString(rest)
-			break
-		}
-		b.WriteString(rest[:i])
-		j := strings.IndexByte(rest[i:], '}')
-		if j < 0 {
-			return "", fmt.Errorf("%s: pattern %q has an unclosed '{'", field, pattern)
-		}
-		switch key := rest[i+1 : i+j]; key {
+	name, err := config.Expand(pattern, func(key string) (string, error) {
+		switch key {
 		case "pfidx":
-			b.WriteString(strconv.Itoa(pfidx))
+			return strconv.Itoa(pfidx), nil
 		case "vf":
 			if vf < 0 {
 				return "", fmt.Errorf("%s: pattern %q uses {vf}, which a PF does not have; use {pfidx}", field, pattern)
 			}
-			b.WriteString(strconv.Itoa(vf))
-		default:
-			return "", fmt.Errorf("%s: pattern %q has unknown placeholder {%s}; use {pfidx} or {vf}", field, pattern, key)
+			return strconv.Itoa(vf), nil
 		}
-		rest = rest[i+j+1:]
+		return "", fmt.Errorf("%s: pattern %q has unknown placeholder {%s}; use {pfidx} or {vf}", field, pattern, key)
+	})
+	if errors.Is(err, config.ErrUnclosedBrace) {
+		return "", fmt.Errorf("%s: pattern %q has an unclosed '{'", field, pattern)
 	}
-	name := b.String()
+	if err != nil {
+		return "", err
+	}
 	if err := config.ValidateIfName(name); err != nil {
 		return "", fmt.Errorf("%s: pattern %q gives %v", field, pattern, err)
 	}

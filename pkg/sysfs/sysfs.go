@@ -104,20 +104,12 @@ func (r Reader) linkBase(path string) (string, error) {
 
 // vfIndex finds N such that <pf>/virtfnN points at vf.
 func (r Reader) vfIndex(pf, vf string) (int, error) {
-	entries, err := os.ReadDir(r.pciPath(pf))
+	vfs, err := r.VFs(pf)
 	if err != nil {
-		return -1, fmt.Errorf("read PF %s of VF %s: %w", pf, vf, err)
+		return -1, fmt.Errorf("VF %s: %w", vf, err)
 	}
-	for _, e := range entries {
-		n, ok := strings.CutPrefix(e.Name(), "virtfn")
-		if !ok {
-			continue
-		}
-		idx, err := strconv.Atoi(n)
-		if err != nil {
-			continue
-		}
-		if target, err := r.linkBase(r.pciPath(pf, e.Name())); err == nil && target == vf {
+	for idx, addr := range vfs {
+		if addr == vf {
 			return idx, nil
 		}
 	}
