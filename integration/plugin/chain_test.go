@@ -464,3 +464,28 @@ func TestDelWhenHostNameIsTaken(t *testing.T) {
 	}
 	e.wantRecords(0)
 }
+
+// TestDelGivesTransientHostNameAUniqueOne: a VF that came back from a
+// destroyed pod as net7 is ADDed again (host-device records net7 as its host
+// name). Other VFs return under such names at any moment, so DEL sends it
+// home under its own PCI-derived name instead.
+func TestDelGivesTransientHostNameAUniqueOne(t *testing.T) {
+	e := newEnv(t, vfOpts{numVFs: 1})
+	l := harness.HostLink(e.vfs[0].Host)
+	if err := netlink.LinkSetName(l, "net7"); err != nil {
+		t.Fatal(err)
+	}
+	e.vfs[0].Host = "net7"
+	pod := harness.NewNetns(t)
+	c := e.chain("1.1.0", 0, nil)
+	r := rt("c-transient", pod)
+	if _, err := c.Add(r); err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	if err := c.Del(r); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	if harness.HostLink("vf18s00f2") == nil {
+		t.Fatalf("VF not home as vf18s00f2; host net7: %s", harness.Describe(harness.HostLink("net7")))
+	}
+}

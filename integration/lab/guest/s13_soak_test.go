@@ -229,7 +229,9 @@ func (s *soakStats) cycle(e *env, udev *udevStandIn, v vf, i int) {
 	}
 
 	if renameAfter {
-		err := renameInPod(a, "rogue0")
+		// A name of this VF's own: VFs that return from destroyed pods under
+		// one shared non-pod name race on the host without udev (README).
+		err := renameInPod(a, fmt.Sprintf("rogue%d", v.Index))
 		if err == nil {
 			err = a.checkOurs()
 			if cniCode(err) == 105 && strings.Contains(err.Error(), "renamed") {
