@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 )
@@ -58,7 +57,7 @@ func scan(sys sysfs.Reader) (*inventory, error) {
 	inv := &inventory{byAddr: map[string]*function{}}
 	for _, e := range entries {
 		addr := e.Name()
-		vendor, err := readAttr(sys.PCIPath(addr, "vendor"))
+		vendor, err := sysfs.ReadAttr(sys.PCIPath(addr, "vendor"))
 		if err != nil || vendor != VendorMellanox {
 			continue
 		}
@@ -86,7 +85,7 @@ func scan(sys sysfs.Reader) (*inventory, error) {
 // read with the error, so the function is still checked for the rest.
 func readFunction(sys sysfs.Reader, addr string) (*function, error) {
 	f := &function{addr: addr, index: -1, totalVFs: -1, numVFs: -1}
-	f.deviceID, _ = readAttr(sys.PCIPath(addr, "device"))
+	f.deviceID, _ = sysfs.ReadAttr(sys.PCIPath(addr, "device"))
 	if target, err := os.Readlink(sys.PCIPath(addr, "driver")); err == nil {
 		f.driver = filepath.Base(target)
 	}
@@ -129,17 +128,9 @@ func readFunction(sys sysfs.Reader, addr string) (*function, error) {
 	return f, errors.Join(errs...)
 }
 
-func readAttr(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimSpace(string(b)), nil
-}
-
 // readIntAttr reads a numeric attribute; an absent file is -1, no error.
 func readIntAttr(path string) (int, error) {
-	s, err := readAttr(path)
+	s, err := sysfs.ReadAttr(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return -1, nil
 	}

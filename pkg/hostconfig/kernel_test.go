@@ -188,7 +188,7 @@ func (k *kernel) watchNumVFs() {
 		}
 		k.locked(func() {
 			for _, pf := range k.pfs {
-				s, err := readAttr(filepath.Join(k.tree.DevicePath(pf.pci), "sriov_numvfs"))
+				s, err := sysfs.ReadAttr(filepath.Join(k.tree.DevicePath(pf.pci), "sriov_numvfs"))
 				if err != nil {
 					continue
 				}
@@ -221,7 +221,7 @@ func (k *kernel) setNumVFs(pf *kpf, n int) {
 	if err != nil {
 		panic(err.Error())
 	}
-	autoprobe, _ := readAttr(filepath.Join(k.tree.DevicePath(pf.pci), "sriov_drivers_autoprobe"))
+	autoprobe, _ := sysfs.ReadAttr(filepath.Join(k.tree.DevicePath(pf.pci), "sriov_drivers_autoprobe"))
 	for i, vf := range vfs {
 		k.createVF(pf, i, vf)
 		if autoprobe != "0" {
@@ -279,7 +279,7 @@ func (k *kernel) probe(vf string) {
 	if pf == nil {
 		panic("probe of unknown device " + vf)
 	}
-	autoprobe, _ := readAttr(filepath.Join(k.tree.DevicePath(pf.pci), "sriov_drivers_autoprobe"))
+	autoprobe, _ := sysfs.ReadAttr(filepath.Join(k.tree.DevicePath(pf.pci), "sriov_drivers_autoprobe"))
 	if autoprobe == "0" {
 		// pci_device_can_probe: a VF of a PF with autoprobe off does not bind.
 		return

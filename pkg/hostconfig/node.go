@@ -28,17 +28,9 @@ func (n node) exists(pci string) bool {
 	return err == nil
 }
 
-func readAttr(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimSpace(string(b)), nil
-}
-
 // readInt reads a decimal sysfs attribute.
 func readInt(path string) (int, error) {
-	s, err := readAttr(path)
+	s, err := sysfs.ReadAttr(path)
 	if err != nil {
 		return 0, err
 	}
@@ -68,10 +60,10 @@ func (n node) matchPFs(m Match) ([]string, error) {
 	var out []string
 	for _, e := range entries {
 		pci := e.Name()
-		if v, _ := readAttr(n.dev(pci, "vendor")); v != m.Vendor {
+		if v, _ := sysfs.ReadAttr(n.dev(pci, "vendor")); v != m.Vendor {
 			continue
 		}
-		if d, _ := readAttr(n.dev(pci, "device")); m.Device != "" && d != m.Device {
+		if d, _ := sysfs.ReadAttr(n.dev(pci, "device")); m.Device != "" && d != m.Device {
 			continue
 		}
 		if _, err := os.Lstat(n.dev(pci, "physfn")); err == nil {
@@ -140,7 +132,7 @@ func (n node) linkLayer(pci string) (LinkType, error) {
 	if dir == "" {
 		return LinkEthernet, nil
 	}
-	ll, err := readAttr(filepath.Join(dir, "ports", "1", "link_layer"))
+	ll, err := sysfs.ReadAttr(filepath.Join(dir, "ports", "1", "link_layer"))
 	if err != nil {
 		return "", fmt.Errorf("read link layer of %s: %w", pci, err)
 	}
@@ -152,7 +144,7 @@ func (n node) linkLayer(pci string) (LinkType, error) {
 
 // nodeGUID reads the node_guid of an RDMA device directory.
 func nodeGUID(rdmaDir string) (sysfs.GUID, error) {
-	s, err := readAttr(filepath.Join(rdmaDir, "node_guid"))
+	s, err := sysfs.ReadAttr(filepath.Join(rdmaDir, "node_guid"))
 	if err != nil {
 		return 0, err
 	}
@@ -162,7 +154,7 @@ func nodeGUID(rdmaDir string) (sysfs.GUID, error) {
 // portGUID reads the port GUID of port 1 from the low 8 bytes of GID 0
 // ("fe80:0000:0000:0000:b83f:d203:00a1:b2c4").
 func portGUID(rdmaDir string) (sysfs.GUID, error) {
-	s, err := readAttr(filepath.Join(rdmaDir, "ports", "1", "gids", "0"))
+	s, err := sysfs.ReadAttr(filepath.Join(rdmaDir, "ports", "1", "gids", "0"))
 	if err != nil {
 		return 0, err
 	}

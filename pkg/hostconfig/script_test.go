@@ -367,7 +367,7 @@ func TestScriptFailures(t *testing.T) {
 				if len(changes) != 0 {
 					t.Errorf("check-only run changed links: %v", changes)
 				}
-				if v, _ := readAttr(filepath.Join(k.tree.DevicePath("0000:18:00.0"), "sriov_numvfs")); v != "0" {
+				if v, _ := sysfs.ReadAttr(filepath.Join(k.tree.DevicePath("0000:18:00.0"), "sriov_numvfs")); v != "0" {
 					t.Errorf("check-only run wrote sriov_numvfs %q", v)
 				}
 			},

@@ -265,6 +265,9 @@ func (r Reader) Readable() error {
 	return nil
 }
 
+// ReadAttr reads one sysfs attribute, without its trailing newline.
+func ReadAttr(path string) (string, error) { return readTrim(path) }
+
 // readTrim reads a small attribute file with plain system calls. os.ReadFile
 // would first register the file with the runtime's poller (four fcntl and an
 // epoll_ctl, all failing or undone for a regular file), which costs more than
