@@ -15,6 +15,8 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
@@ -404,4 +406,35 @@ func Exec(tb TB, plugin, command, containerID, netns, ifName string, stdin []byt
 		tb.Fatalf("%s %s: %v, output not a CNI error: %s", plugin, command, err, out)
 	}
 	return string(out), e.Code
+}
+
+// Merge returns base with extra's keys set in it; a nil value in extra
+// deletes the key. Tests use it to vary one plugin entry.
+func Merge(base, extra map[string]any) map[string]any {
+	for k, v := range extra {
+		if v == nil {
+			delete(base, k)
+			continue
+		}
+		base[k] = v
+	}
+	return base
+}
+
+// Parallel runs f(0..n-1) at once, reports each failure as "verb i: err"
+// and returns the wall time of the whole batch.
+func Parallel(tb interface{ Errorf(string, ...any) }, n int, verb string, f func(i int) error) time.Duration {
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() { errs[i] = f(i) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			tb.Errorf("%s %d: %v", verb, i, err)
+		}
+	}
+	return time.Since(start)
 }

@@ -5,7 +5,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
@@ -415,19 +414,7 @@ func TestParallelAttachments(t *testing.T) {
 		chains[i] = e.chain("1.1.0", i, nil)
 		pods[i] = rt(fmt.Sprintf("c-par-%d", i), harness.NewNetns(t))
 	}
-	run := func(verb string, f func(i int) error) {
-		var wg sync.WaitGroup
-		errs := make([]error, n)
-		for i := range n {
-			wg.Go(func() { errs[i] = f(i) })
-		}
-		wg.Wait()
-		for i, err := range errs {
-			if err != nil {
-				t.Errorf("%s %d: %v", verb, i, err)
-			}
-		}
-	}
+	run := func(verb string, f func(i int) error) { harness.Parallel(t, n, verb, f) }
 	run("ADD", func(i int) error { _, err := chains[i].Add(pods[i]); return err })
 	e.wantRecords(n)
 	run("CHECK", func(i int) error { return chains[i].Check(pods[i]) })

@@ -27,21 +27,7 @@ func TestSixtyFourAttachmentsInParallel(t *testing.T) {
 		pod := harness.NewNetns(t)
 		rts[i], pods[i] = rt(fmt.Sprintf("par-%02d", i), pod), pod.Path()
 	}
-	run := func(verb string, f func(i int) error) time.Duration {
-		start := time.Now()
-		var wg sync.WaitGroup
-		errs := make([]error, n)
-		for i := range n {
-			wg.Go(func() { errs[i] = f(i) })
-		}
-		wg.Wait()
-		for i, err := range errs {
-			if err != nil {
-				t.Errorf("%s %d: %v", verb, i, err)
-			}
-		}
-		return time.Since(start)
-	}
+	run := func(verb string, f func(i int) error) time.Duration { return harness.Parallel(t, n, verb, f) }
 	add := run("ADD", func(i int) error { _, err := chains[i].Add(rts[i]); return err })
 	if t.Failed() {
 		t.Logf("log:\n%s", nd.logTail())

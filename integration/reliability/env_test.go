@@ -119,14 +119,7 @@ func (n *node) ours(vf int, extra map[string]any) map[string]any {
 	if vf >= 0 {
 		m["deviceID"], m["pciBusID"] = vfAddr(vf), vfAddr(vf)
 	}
-	for k, v := range extra {
-		if v == nil {
-			delete(m, k)
-			continue
-		}
-		m[k] = v
-	}
-	return m
+	return harness.Merge(m, extra)
 }
 
 func hostDevice(host string) map[string]any {
