@@ -1,7 +1,9 @@
 // Command sriov-stable-agent is the node agent shipped next to the
 // sriov-stable-cni plugin: `sriov-stable-agent monitor` re-checks every
-// attachment for drift and runs the node doctor, serving Prometheus metrics.
-// It is a separate binary so the CNI plugin stays free of client_golang.
+// attachment for drift and runs the node doctor, serving Prometheus metrics;
+// `doctor` and `hostconfig` are the operator's node commands. It is a
+// separate binary so the CNI plugin, exec'd on every pod attach, carries
+// neither client_golang nor the doctor, hostconfig and their YAML parser.
 package main
 
 import (
@@ -25,16 +27,18 @@ import (
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/buildinfo"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
-	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/hostconfig"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/monitor"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/nodecli"
 )
 
 const usage = `sriov-stable-agent: node agent for sriov-stable-cni.
 
-  sriov-stable-agent monitor [flags]   re-check attachments for drift, run the node doctor, serve /metrics
-  sriov-stable-agent version           version and commit
+  sriov-stable-agent monitor [flags]      re-check attachments for drift, run the node doctor, serve /metrics
+  sriov-stable-agent doctor [flags]       check this node for the known SR-IOV root causes
+  sriov-stable-agent hostconfig [flags]   generate persistent VF names and GUID setup, or check a node
+  sriov-stable-agent version              version and commit
 
-Run "sriov-stable-agent monitor --help" for its flags.
+Run "sriov-stable-agent COMMAND --help" for a command's flags.
 `
 
 func main() {
@@ -51,6 +55,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "monitor":
 		return runMonitor(ctx, args[1:], stdout, stderr)
+	case "doctor":
+		return nodecli.Doctor(args[1:], stdout, stderr)
+	case "hostconfig":
+		return nodecli.Hostconfig(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintf(stdout, "sriov-stable-agent %s\ncommit: %s\n", buildinfo.Version, buildinfo.Commit)
 		return 0
@@ -116,15 +124,12 @@ func runMonitor(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			cfg.Doctor.NamePattern = re
 		}
 		if *specFile != "" {
-			data, err := os.ReadFile(*specFile)
+			spec, err := nodecli.ReadSpec(*specFile)
 			if err != nil {
-				fmt.Fprintf(stderr, "sriov-stable-agent monitor: read hostconfig spec: %v\n", err)
+				fmt.Fprintf(stderr, "sriov-stable-agent monitor: %v\n", err)
 				return 2
 			}
-			if cfg.Doctor.Spec, err = hostconfig.ParseSpec(data); err != nil {
-				fmt.Fprintf(stderr, "sriov-stable-agent monitor: hostconfig spec %s: %v\n", *specFile, err)
-				return 2
-			}
+			cfg.Doctor.Spec = spec
 		}
 	}
 	mon, err := monitor.New(cfg)

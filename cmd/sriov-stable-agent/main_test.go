@@ -36,6 +36,11 @@ func TestCommandLine(t *testing.T) {
 		{nil, 2, "sriov-stable-agent monitor"},
 		{[]string{"version"}, 0, "commit:"},
 		{[]string{"help"}, 0, "monitor [flags]"},
+		{[]string{"help"}, 0, "hostconfig [flags]"},
+		{[]string{"doctor", "--help"}, 0, "usage: sriov-stable-agent doctor [flags]"},
+		{[]string{"doctor", "--sysfs-root", state, "extra"}, 2, `sriov-stable-agent doctor: unexpected argument "extra"`},
+		{[]string{"hostconfig", "--help"}, 0, "sriov-stable-agent hostconfig --spec node.yaml --check"},
+		{[]string{"hostconfig", "--check"}, 2, "sriov-stable-agent hostconfig: --spec is required"},
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 		{[]string{"monitor", "--help"}, 0, "-stale-grace"},
 		{[]string{"monitor", "--bogus"}, 2, "--help"},
@@ -44,6 +49,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"monitor", "--state-dir", state, "--interval=1s", "--check-timeout=2s"}, 2, "at most the interval"},
 		{[]string{"monitor", "--state-dir", state, "--log-level=loud"}, 2, "--log-level"},
 		{[]string{"monitor", "--state-dir", state, "--name-pattern=("}, 2, "--name-pattern"},
+		{[]string{"monitor", "--state-dir", state, "--spec", filepath.Join(state, "none.yaml")}, 2, "monitor: read hostconfig spec: open"},
 		{[]string{"monitor", "--state-dir", state, "--listen=256.0.0.1:1"}, 1, "listen for metrics"},
 	} {
 		code, out, errOut := runAgent(context.Background(), tc.args...)

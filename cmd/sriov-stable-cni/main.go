@@ -4,7 +4,6 @@ package main
 
 import (
 	"os"
-	"runtime"
 
 	"github.com/containernetworking/cni/pkg/skel"
 
@@ -12,11 +11,6 @@ import (
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/cli"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/plugin"
 )
-
-func init() {
-	// Netns switches apply to the calling OS thread only; keep main on one.
-	runtime.LockOSThread()
-}
 
 func main() {
 	if os.Getenv("CNI_COMMAND") == "" {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"time"
 )
@@ -91,8 +92,8 @@ func (r *report) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "## sriov-stable-cni bench\n\n")
 	fmt.Fprintf(w, "%s; %d × %s; kernel %s; load average %s before, %s after.  \n", m.date, m.cpus, m.cpuModel, m.kernel, m.loadBefore, m.loadAfter)
-	fmt.Fprintf(w, "cniVersion %s; %d interleaved rounds (+%d warm-up); tuning %s; our state dir (fsync'd records) and libcni's cache on %s (%s) with %d neighbour records; "+
-		"fixture sysfs and tuning's dataDir on tmpfs.\n\n", o.cniVersion, o.rounds, o.warmup, tuningDesc, o.diskDir, m.diskFS, o.neighbors)
+	fmt.Fprintf(w, "cniVersion %s; %d interleaved rounds (+%d warm-up); tuning %s; our state dir and libcni's cache on %s (%s) with %d neighbour records; "+
+		"fixture sysfs and tuning's dataDir on tmpfs; every plugin runs from a copy written into a bin dir there, as an installer leaves it.\n\n", o.cniVersion, o.rounds, o.warmup, tuningDesc, o.diskDir, m.diskFS, o.neighbors)
 
 	fmt.Fprintf(w, "### Overhead: the added plugin's own process, as libcni ran it in the chain (wall ms, p50 / p90)\n\n")
 	fmt.Fprintf(w, "| verb | host-device | tuning | floor | ours | ours ÷ tuning | ours ÷ floor |\n|---|--:|--:|--:|--:|--:|--:|\n")
@@ -168,6 +169,26 @@ func (r *report) print(w io.Writer) {
 	} else {
 		fmt.Fprintf(w, "\n%d target(s) missed.\n", missed)
 	}
+	r.parallelBounds(w)
+}
+
+// parallelBounds prints what bounds the parallel p99 on this machine,
+// whatever the plugin after host-device does: host-device's own ratio (the
+// kernel moves netdevs between namespaces one at a time, under RTNL), and
+// the time 2×N processes need on the machine's CPUs.
+func (r *report) parallelBounds(w io.Writer) {
+	hd, ours := r.parallelOf("host-device"), r.parallelOf("ours")
+	serialHD, serialOurs := median(r.serial.get("host-device").times["ADD"]), median(r.serial.get("ours").times["ADD"])
+	if len(hd.addLatency) == 0 || len(ours.addLatency) == 0 || serialHD <= 0 || serialOurs <= 0 {
+		return
+	}
+	v := r.serial.get("ours")
+	chainCPU := median(cpus(v.hd["ADD"])) + median(cpus(v.execs["ADD"]))
+	cpuBound := time.Duration(r.opts.parallel) * chainCPU / time.Duration(runtime.NumCPU())
+	fmt.Fprintf(w, "\nBounds on the parallel p99 here: [host-device] alone reaches %s its serial median; and %d chains of %s ms CPU "+
+		"(host-device + ours, serial p50) on %d CPUs need %s ms before the last can end, %s the serial median.\n",
+		times(ratio(quantile(hd.addLatency, 0.99), serialHD)), r.opts.parallel, ms(chainCPU), runtime.NumCPU(), ms(cpuBound),
+		times(ratio(cpuBound, serialOurs)))
 }
 
 func chainName(second string) string {

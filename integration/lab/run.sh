@@ -122,8 +122,8 @@ build_plugins() {
 	make -C "$ROOT" --no-print-directory build >"$WORK/build.log" 2>&1 ||
 		{ cat "$WORK/build.log" >&2; die "make build failed"; }
 	mkdir -p "$SHARE/bin"
-	cp "$ROOT/bin/sriov-stable-cni" "$SHARE/bin/"
-	if [ -x "$ROOT/bin/sriov-stable-agent" ]; then cp "$ROOT/bin/sriov-stable-agent" "$SHARE/bin/"; fi
+	# The agent too: the doctor, hostconfig and monitor scenarios run it.
+	cp "$ROOT/bin/sriov-stable-cni" "$ROOT/bin/sriov-stable-agent" "$SHARE/bin/"
 	# host-device as pinned by the project's go.mod (tool directive).
 	(cd "$ROOT" && go build -trimpath -ldflags '-s -w' -o "$SHARE/bin/host-device" \
 		github.com/containernetworking/plugins/plugins/main/host-device) || die "building host-device failed"

@@ -54,10 +54,10 @@ func TestCrashDuringAdd(t *testing.T) {
 		delay := time.Duration(rng.Int64N(int64(span)))
 		st.run(t, nd, hd, fmt.Sprintf("crash-%03d", i), delay, true, rng)
 	}
-	// Temp files of killed writes are swept by a later Save once they are
-	// old enough; one in flight is not. Age what the kills left, plant one
-	// more old one (on tmpfs few kills land inside the write) and a fresh
-	// one, and run one more ADD.
+	// Temp files of killed writes are swept by the next listing of the
+	// records (GC, the monitor) once they are old enough; one in flight is
+	// not. Age what the kills left, plant one more old one (on tmpfs few
+	// kills land inside the write) and a fresh one, and send GC.
 	leftByKills := len(nd.tempFiles())
 	dir := filepath.Join(nd.stateDir, "attachments")
 	for _, name := range []string{".tmp-killed", ".tmp-inflight"} {
@@ -74,9 +74,12 @@ func TestCrashDuringAdd(t *testing.T) {
 		}
 	}
 	figures := *st
-	st.run(t, nd, hd, "sweep", 0, false, rng)
+	gc := stdin("1.1.0", harness.Merge(nd.ours(-1, nil), map[string]any{"cni.dev/valid-attachments": []any{}}), nil)
+	if out := nd.run(invocation{Command: "GC", Stdin: gc}); out.Exit != 0 {
+		t.Fatalf("GC: %v", out)
+	}
 	if tmp := nd.tempFiles(); len(tmp) != 1 || filepath.Base(tmp[0]) != ".tmp-inflight" {
-		t.Errorf("after the next ADD the temp files are %v, want only the fresh .tmp-inflight", tmp)
+		t.Errorf("after GC the temp files are %v, want only the fresh .tmp-inflight", tmp)
 	}
 	if left := nd.records(); len(left) != 0 {
 		t.Errorf("records left: %v", left)

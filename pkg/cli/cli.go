@@ -1,6 +1,7 @@
-// Package cli is the operator-facing command line of the sriov-stable-cni
-// binary, used when it runs without CNI_COMMAND: version, install, doctor
-// and hostconfig.
+// Package cli is the by-hand command line of the sriov-stable-cni binary,
+// used when it runs without CNI_COMMAND: version, help and install. The
+// operator's node commands (doctor, hostconfig) live in sriov-stable-agent:
+// every package linked into this binary costs every pod attach.
 package cli
 
 import (
@@ -20,11 +21,11 @@ By hand:
 
   sriov-stable-cni version               version, commit and CNI versions
   sriov-stable-cni install ...           copy this binary into a CNI bin dir (installer)
-  sriov-stable-cni doctor ...            check this node for the known SR-IOV root causes
-  sriov-stable-cni hostconfig ...        generate persistent VF names and GUID setup
   sriov-stable-cni help                  this text
 
-Run "sriov-stable-cni COMMAND --help" for a command's flags.
+Run "sriov-stable-cni install --help" for its flags. The node doctor and
+hostconfig are commands of sriov-stable-agent, shipped in the same image:
+"sriov-stable-agent doctor", "sriov-stable-agent hostconfig".
 `
 
 // Main runs the CLI with args (without the program name) and returns the
@@ -43,10 +44,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "install":
 		return runInstall(args[1:], stdout, stderr)
-	case "doctor":
-		return runDoctor(args[1:], stdout, stderr)
-	case "hostconfig":
-		return runHostconfig(args[1:], stdout, stderr)
+	case "doctor", "hostconfig":
+		// Commands this binary once had: say where they went.
+		fmt.Fprintf(stderr, "sriov-stable-cni: %[1]s moved to sriov-stable-agent: run \"sriov-stable-agent %[1]s\" (same image, same flags); "+
+			"this binary runs on every pod attach and is kept lean\n", args[0])
+		return 2
 	}
 	fmt.Fprintf(stderr, "sriov-stable-cni: unknown command %q\n\n%s", args[0], usage)
 	return 2

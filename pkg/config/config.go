@@ -140,6 +140,9 @@ func ParseLenient(stdin []byte) (*NetConf, error) {
 // decodeSkippingBadFields decodes stdin into a NetConf, dropping each
 // top-level field whose JSON type is wrong instead of losing them all.
 func decodeSkippingBadFields(stdin []byte) (*NetConf, error) {
+	if conf := (&NetConf{}); json.Unmarshal(stdin, conf) == nil {
+		return conf, nil // the usual case: nothing to skip
+	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(stdin, &fields); err != nil {
 		return nil, err

@@ -10,7 +10,7 @@ import (
 )
 
 const remedyGUID = "assign fabric-unique GUIDs: ip link set <PF netdev> vf <N> node_guid <G> port_guid <G>, then unbind and bind the VF " +
-	"so mlx5 picks them up; sriov-stable-cni hostconfig generates a boot unit that does this for every VF"
+	"so mlx5 picks them up; sriov-stable-agent hostconfig generates a boot unit that does this for every VF"
 
 // guidOwner is one RDMA device holding a GUID.
 type guidOwner struct {

@@ -115,7 +115,7 @@ func (r *run) checkNames() {
 }
 
 func (r *run) checkName(f *function, name string) {
-	const remedy = "give VFs persistent names before kubelet starts: install the systemd .link files from sriov-stable-cni hostconfig, " +
+	const remedy = "give VFs persistent names before kubelet starts: install the systemd .link files from sriov-stable-agent hostconfig, " +
 		"then udevadm trigger --action=add /sys/bus/pci/devices/<VF>"
 	switch p := r.opts.NamePattern; {
 	case p != nil:

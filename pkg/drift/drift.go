@@ -80,6 +80,17 @@ type Observation struct {
 // Observe locates the VF by PCI address in its netns and reads its link and
 // its RDMA devices. A vanished netns yields an error wrapping ErrNetnsGone.
 func Observe(exp Expect, sys sysfs.Reader) (*Observation, error) {
+	// The RDMA devices are host sysfs: read them on another CPU while the
+	// netns is entered and its links listed.
+	type devices struct {
+		rdma []sysfs.RDMADevice
+		err  error
+	}
+	read := make(chan devices, 1)
+	go func() {
+		rdma, err := sys.RDMADevices(exp.PCI)
+		read <- devices{rdma, err}
+	}()
 	obs := &Observation{}
 	err := vfnet.InNetns(exp.Netns, func(h *vfnet.Handle) error {
 		f, err := h.Locate(exp.PCI, exp.AltName)
@@ -95,11 +106,11 @@ func Observe(exp Expect, sys sysfs.Reader) (*Observation, error) {
 		case err != nil:
 			return err
 		}
-		rdma, err := sys.RDMADevices(exp.PCI)
-		if err != nil {
-			return err
+		d := <-read
+		if d.err != nil {
+			return d.err
 		}
-		obs = ObserveLink(f.Link, rdma)
+		obs = ObserveLink(f.Link, d.rdma)
 		return nil
 	})
 	if err != nil {

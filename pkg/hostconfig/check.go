@@ -210,7 +210,7 @@ func (r *checkRun) checkVF(pf PFPlan, vf VFPlan, guids bool, pfGUID sysfs.GUID) 
 		if got == "" {
 			r.add(SeverityError, CheckVFAddress, subj, r.rerun(), "VF %d of PF %s is missing (no virtfn%d)", vf.Index, pf.PCI, vf.Index)
 		} else {
-			r.add(SeverityError, CheckVFAddress, "VF "+got, "regenerate the files on this node: sriov-stable-cni hostconfig --sysfs-root /sys ...",
+			r.add(SeverityError, CheckVFAddress, "VF "+got, "regenerate the files on this node: sriov-stable-agent hostconfig --sysfs-root /sys ...",
 				"VF %d of PF %s is %s, the generated files expect %s", vf.Index, pf.PCI, got, vf.PCI)
 		}
 		return

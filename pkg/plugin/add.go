@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -26,18 +27,25 @@ const portPollInterval = 25 * time.Millisecond
 // attachment is what ADD learns and decides about one VF, step by step.
 type attachment struct {
 	args    *skel.CmdArgs
+	network string
 	prev    *current.Result
 	pci     string
 	vf      *sysfs.VF
 	altName string
 	foundAs string
 	added   bool // we added the altname
+	lock    *state.VFLock
+	holders func() (map[sysfs.GUID][]string, error) // the duplicate-GUID scan, running since readHostFacts
 	link    netlink.Link
 	obs     *drift.Observation
 	undo    []func()
 }
 
 func (a *attachment) onUndo(f func()) { a.undo = append(a.undo, f) }
+
+func (a *attachment) key() state.Key {
+	return state.Key{Network: a.network, ContainerID: a.args.ContainerID, IfName: a.args.IfName}
+}
 
 func (a *attachment) rollback() {
 	for _, f := range slices.Backward(a.undo) {
@@ -53,17 +61,19 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	unlock, err := p.store.LockVF(a.pci)
+	lock, err := p.store.LockVF(a.pci)
 	if err != nil {
 		return cniErr(types.ErrIOFailure, "VF %s: %v", a.pci, err)
 	}
-	defer unlock()
+	defer lock.Unlock()
+	a.lock = lock
 	if err := p.claimVF(a); err != nil {
 		return err
 	}
 	if err := p.readHostFacts(a); err != nil {
 		return err
 	}
+	p.startGUIDScan(a)
 	err = vfnet.InNetns(args.Netns, func(h *vfnet.Handle) (err error) {
 		defer func() {
 			if err != nil {
@@ -112,7 +122,7 @@ func (p *Plugin) prepare(args *skel.CmdArgs) (*attachment, error) {
 		return nil, cniErr(types.ErrInvalidNetworkConfig, "%v", err)
 	}
 	p.log.Debug("resolved VF", "vf", pci, "from", source)
-	return &attachment{args: args, prev: prev, pci: pci}, nil
+	return &attachment{args: args, network: p.conf.Name, prev: prev, pci: pci}, nil
 }
 
 func checkArgs(args *skel.CmdArgs) error {
@@ -144,15 +154,11 @@ func parsePrevResult(conf *config.NetConf) (*current.Result, error) {
 // it is dropped, so a late DEL of that attachment finds the new owner's
 // record and leaves the VF alone.
 func (p *Plugin) claimVF(a *attachment) error {
-	recs, err := p.store.List()
+	recs, err := a.lock.Claims(a.pci, a.key())
 	if err != nil {
 		p.log.Warn("some records are unreadable", "err", err)
 	}
-	self := state.Key{Network: p.conf.Name, ContainerID: a.args.ContainerID, IfName: a.args.IfName}
 	for _, r := range recs {
-		if r.PCI != a.pci || r.Key() == self {
-			continue
-		}
 		err := vfnet.InNetns(r.Netns, func(h *vfnet.Handle) error {
 			_, err := h.Locate(r.PCI, r.AltName)
 			return err
@@ -298,7 +304,7 @@ func (p *Plugin) verifyGUID(a *attachment) error {
 	if p.conf.GUIDPolicy == config.PolicyIgnore || len(a.vf.RDMA) == 0 {
 		return nil
 	}
-	problem := guidProblem(a, p.sys)
+	problem := guidProblem(a)
 	if problem == "" {
 		return nil
 	}
@@ -309,19 +315,43 @@ func (p *Plugin) verifyGUID(a *attachment) error {
 	return cniErr(ErrBadGUID, "VF %s in netns %s: %s", a.pci, a.args.Netns, problem)
 }
 
+// startGUIDScan starts reading every RDMA device's node GUID for the
+// duplicate check, so that the scan (some 70 sysfs reads on a DGX node, the
+// largest part of ADD's own work) runs on a second CPU while ADD enters the
+// pod netns and locates the VF, instead of after it. It only reads host
+// sysfs; verifyGUID waits for it.
+func (p *Plugin) startGUIDScan(a *attachment) {
+	if p.conf.GUIDPolicy == config.PolicyIgnore || len(a.vf.RDMA) == 0 {
+		return
+	}
+	guids := make([]sysfs.GUID, len(a.vf.RDMA))
+	for i, d := range a.vf.RDMA {
+		guids[i] = d.NodeGUID
+	}
+	type scan struct {
+		holders map[sysfs.GUID][]string
+		err     error
+	}
+	done := make(chan scan, 1)
+	go func() {
+		h, err := p.sys.GUIDHolders(guids...)
+		done <- scan{h, err}
+	}()
+	a.holders = sync.OnceValues(func() (map[sysfs.GUID][]string, error) {
+		s := <-done
+		return s.holders, s.err
+	})
+}
+
 // guidProblem explains what is wrong with the VF's node GUIDs, or "".
-func guidProblem(a *attachment, sys sysfs.Reader) string {
+func guidProblem(a *attachment) string {
 	for _, d := range a.vf.RDMA {
 		if !d.NodeGUID.Valid() {
 			return fmt.Sprintf("%s node GUID is %s, expected an assigned GUID (assign it through PF %s, VF index %d, "+
 				"before kubelet starts: see hostconfig)", d.Name, d.NodeGUID, a.vf.PF, a.vf.Index)
 		}
 	}
-	guids := make([]sysfs.GUID, len(a.vf.RDMA))
-	for i, d := range a.vf.RDMA {
-		guids[i] = d.NodeGUID
-	}
-	all, err := sys.GUIDHolders(guids...)
+	all, err := a.holders()
 	if err != nil {
 		return fmt.Sprintf("cannot list the node's GUIDs for the duplicate check: %v", err)
 	}
@@ -393,6 +423,11 @@ func (p *Plugin) recordAttachment(_ *vfnet.Handle, a *attachment) error {
 	for _, d := range a.vf.RDMA {
 		rec.RDMA = append(rec.RDMA, d.Name)
 	}
+	// The index first: a record is never without it (see state.VFLock).
+	if err := a.lock.SetOwner(rec.Key()); err != nil {
+		return cniErr(types.ErrIOFailure, "VF %s: cannot record the attachment: %v", a.pci, err)
+	}
+	a.onUndo(func() { _ = a.lock.Free(rec.Key()) })
 	if err := p.store.Save(rec); err != nil {
 		return cniErr(types.ErrIOFailure, "VF %s: cannot record the attachment: %v", a.pci, err)
 	}

@@ -44,12 +44,13 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		p.log.Info("DEL: no record and no PCI address; nothing to hand back", "container", args.ContainerID, "ifname", args.IfName)
 		return p.store.Delete(key)
 	}
-	if unlock, err := p.store.LockVF(pci); err == nil {
-		defer unlock()
+	lock, err := p.store.LockVF(pci)
+	if err == nil {
+		defer lock.Unlock()
 	} else {
 		p.log.Warn("DEL: cannot lock VF, going on", "vf", pci, "err", err)
 	}
-	if rec == nil && p.ownedByOther(pci, key) {
+	if rec == nil && p.ownedByOther(lock, pci, key) {
 		p.log.Warn("DEL: VF belongs to another attachment now; leaving it alone", "vf", pci, "container", args.ContainerID)
 		return nil
 	}
@@ -59,6 +60,10 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	}
 	if err := p.store.Delete(key); err != nil {
 		p.log.Warn("DEL: cannot remove record", "err", err)
+	} else if lock != nil {
+		if err := lock.Free(key); err != nil {
+			p.log.Warn("DEL: cannot clear the VF's owner index", "vf", pci, "err", err)
+		}
 	}
 	p.log.Info("detached", "vf", pci, "netns", args.Netns, "ifname", args.IfName, "container", args.ContainerID)
 	return nil
@@ -120,9 +125,13 @@ func (p *Plugin) delTarget(args *skel.CmdArgs, rec *state.Record) (string, strin
 
 // ownedByOther reports whether another attachment's record claims the VF:
 // a late DEL of an old container must not touch the new owner's VF.
-func (p *Plugin) ownedByOther(pci string, self state.Key) bool {
-	recs, _ := p.store.List()
-	return slices.ContainsFunc(recs, func(r *state.Record) bool { return r.PCI == pci && r.Key() != self })
+func (p *Plugin) ownedByOther(lock *state.VFLock, pci string, self state.Key) bool {
+	claims := p.store.Claims
+	if lock != nil {
+		claims = lock.Claims
+	}
+	recs, _ := claims(pci, self)
+	return len(recs) > 0
 }
 
 // freeHostName makes sure the host name host-device will restore (kept in

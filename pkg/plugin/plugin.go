@@ -29,7 +29,7 @@ var Versions = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0
 // Plugin holds what one invocation needs.
 type Plugin struct {
 	conf  *config.NetConf
-	log   *slog.Logger
+	log   logger
 	sys   sysfs.Reader
 	store *state.Store
 }
@@ -39,11 +39,11 @@ type Plugin struct {
 func New(conf *config.NetConf, logOut io.Writer) (*Plugin, func()) {
 	out, closeLog := logOut, func() {}
 	if conf.LogFile != "" {
-		if f, err := os.OpenFile(conf.LogFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err == nil {
-			out, closeLog = f, func() { f.Close() }
-		}
+		lf := &lazyLog{path: conf.LogFile, fallback: logOut}
+		out, closeLog = lf, lf.close
 	}
-	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: conf.Level})).With("plugin", Name, "network", conf.Name)
+	log := newLogger(slog.NewTextHandler(out, &slog.HandlerOptions{Level: conf.Level}).
+		WithAttrs([]slog.Attr{slog.String("plugin", Name), slog.String("network", conf.Name)}))
 	return &Plugin{
 		conf:  conf,
 		log:   log,

@@ -9,7 +9,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
@@ -105,36 +107,35 @@ func escape(s string) string {
 // Path is the record file of a key.
 func (s *Store) Path(k Key) string { return filepath.Join(s.recordDir(), fileName(k)) }
 
-// Save writes the record atomically: temp file in the same directory,
-// fsync, rename, fsync of the directory. Mode 0600.
+// Save writes the record atomically: temp file in the same directory, then
+// rename. Mode 0600.
+//
+// There is no fsync. A record describes an attachment to a pod netns, and
+// no netns survives the power loss fsync would guard against: after it,
+// every record is stale and DEL, GC and claims treat a missing, empty or
+// torn one as no record. The rename alone keeps a reader (a concurrent
+// CHECK, the monitor, a crash of the plugin itself) from ever seeing half
+// a record. fsync of file and directory cost a quarter of ADD's own time.
 func (s *Store) Save(r *Record) error {
 	r.Version = RecordVersion
-	data, err := json.MarshalIndent(r, "", "  ")
+	data, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("encode record %s: %w", r.Key(), err)
 	}
 	if err := os.MkdirAll(s.recordDir(), 0o700); err != nil {
 		return fmt.Errorf("create state directory: %w", err)
 	}
-	if err := writeAtomic(s.Path(r.Key()), data); err != nil {
-		return err
-	}
-	removeStaleTemps(s.recordDir())
-	return nil
+	return writeAtomic(s.Path(r.Key()), data)
 }
 
-// staleTempAge is how old a temp or probe file must be before Save removes
+// staleTempAge is how old a temp or probe file must be before List removes
 // it. A plugin killed between creating and renaming one leaves it behind;
 // no live write takes this long.
 const staleTempAge = 10 * time.Minute
 
 // removeStaleTemps deletes the temp and probe files that killed writers
 // left in dir, so crashes do not pile up files in the state directory.
-func removeStaleTemps(dir string) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return
-	}
+func removeStaleTemps(dir string, entries []fs.DirEntry) {
 	for _, e := range entries {
 		if !strings.HasPrefix(e.Name(), ".tmp-") && !strings.HasPrefix(e.Name(), ".probe-") {
 			continue
@@ -147,7 +148,7 @@ func removeStaleTemps(dir string) {
 
 func writeAtomic(path string, data []byte) (err error) {
 	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, ".tmp-*") // mode 0600
+	tmp, err := createTemp(dir)
 	if err != nil {
 		return fmt.Errorf("create temp file in %s: %w", dir, err)
 	}
@@ -160,20 +161,36 @@ func writeAtomic(path string, data []byte) (err error) {
 	if _, err = tmp.Write(data); err != nil {
 		return fmt.Errorf("write %s: %w", tmp.Name(), err)
 	}
-	if err = tmp.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", tmp.Name(), err)
-	}
 	if err = tmp.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", tmp.Name(), err)
 	}
 	if err = os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("rename into %s: %w", path, err)
 	}
-	if d, derr := os.Open(dir); derr == nil {
-		_ = d.Sync()
-		d.Close()
-	}
 	return nil
+}
+
+// readFile is os.ReadFile without the poller (see openFile).
+func readFile(path string) ([]byte, error) {
+	f, err := openFile(path, unix.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+// createTemp creates a new file .tmp-<random> in dir, mode 0600, as
+// os.CreateTemp does but without registering it with the poller.
+func createTemp(dir string) (*os.File, error) {
+	for range 100 {
+		f, err := openFile(filepath.Join(dir, fmt.Sprintf(".tmp-%d-%x", os.Getpid(), rand.Uint64())),
+			unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
+		if !errors.Is(err, fs.ErrExist) {
+			return f, err
+		}
+	}
+	return nil, fmt.Errorf("no free temp file name in %s", dir)
 }
 
 // Load reads the record of a key; ErrNotFound when there is none.
@@ -182,7 +199,7 @@ func (s *Store) Load(k Key) (*Record, error) {
 }
 
 func readRecord(path string) (*Record, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, ErrNotFound
 	}
@@ -210,6 +227,8 @@ func (s *Store) Delete(k Key) error {
 
 // List reads every record, sorted by key. Unreadable files are returned as
 // errors after the good records, so one bad file does not hide the rest.
+// It also removes stale temp files (see staleTempAge): GC, the monitor's
+// sweeps and the ownership scan list the directory anyway, ADD need not.
 func (s *Store) List() ([]*Record, error) {
 	entries, err := os.ReadDir(s.recordDir())
 	if errors.Is(err, fs.ErrNotExist) {
@@ -220,6 +239,7 @@ func (s *Store) List() ([]*Record, error) {
 	}
 	var recs []*Record
 	var errs []error
+	removeStaleTemps(s.recordDir(), entries)
 	for _, e := range entries {
 		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".tmp-") || strings.HasPrefix(e.Name(), ".probe-") {
 			continue
@@ -235,18 +255,37 @@ func (s *Store) List() ([]*Record, error) {
 	return recs, errors.Join(errs...)
 }
 
-// LockVF takes an exclusive lock for one VF (by its normalized PCI address)
-// and returns its release. The lock is an flock on locks/<pci>.lock, so it
-// dies with the process that held it.
-func (s *Store) LockVF(pci string) (func(), error) {
+// VFLock is a held lock on one VF. Its lock file also indexes the VF's
+// owner: the file name of the record that claims the VF, so ADD and DEL
+// read one record instead of all of them (a DGX node with every VF in use
+// has 64).
+//
+// The index is written only under the lock: ADD sets it before saving the
+// record, DEL frees it after removing the record. So an owner whose record
+// is missing (a plugin killed between the two, or GC) is no owner, and
+// every record of the VF is named by the index. A lock file with no index
+// line (made before the index existed, or torn by a kill) makes Claims
+// read every record, as before.
+type VFLock struct {
+	f *os.File
+	s *Store
+}
+
+// LockVF takes an exclusive lock for one VF (by its normalized PCI address).
+// The lock is an flock on locks/<pci>.lock, so it dies with the process
+// that held it; Unlock releases it.
+func (s *Store) LockVF(pci string) (*VFLock, error) {
 	if strings.ContainsAny(pci, "/\x00") || pci == "" || strings.HasPrefix(pci, ".") {
 		return nil, fmt.Errorf("lock VF %q: not a PCI address", pci)
 	}
-	if err := os.MkdirAll(s.lockDir(), 0o700); err != nil {
-		return nil, fmt.Errorf("create lock directory: %w", err)
-	}
 	path := filepath.Join(s.lockDir(), pci+".lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := openFile(path, unix.O_RDWR|unix.O_CREAT, 0o600)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(s.lockDir(), 0o700); err != nil {
+			return nil, fmt.Errorf("create lock directory: %w", err)
+		}
+		f, err = openFile(path, unix.O_RDWR|unix.O_CREAT, 0o600)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open lock %s: %w", path, err)
 	}
@@ -260,7 +299,120 @@ func (s *Store) LockVF(pci string) (func(), error) {
 		f.Close()
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
-	return func() { f.Close() }, nil
+	return &VFLock{f: f, s: s}, nil
+}
+
+// openFile opens a file with open(2) and wraps it without registering it
+// with the runtime's poller, which os.OpenFile tries (and undoes) for every
+// file: four fcntl and an epoll_ctl that fail for regular files.
+func openFile(path string, flags int, mode uint32) (*os.File, error) {
+	for {
+		fd, err := unix.Open(path, flags|unix.O_CLOEXEC, mode)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+		}
+		return os.NewFile(uintptr(fd), path), nil
+	}
+}
+
+// OpenLog opens a log file for appending, creating it with mode 0600.
+func OpenLog(path string) (*os.File, error) {
+	return openFile(path, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT, 0o600)
+}
+
+// Unlock releases the lock.
+func (l *VFLock) Unlock() { l.f.Close() }
+
+// The index is one line, padded with spaces to indexSize bytes so that
+// every write has the same length: a pwrite, no truncate.
+const (
+	indexSize  = 256
+	indexOwner = "owner "
+	indexFree  = "free"
+)
+
+// readIndex returns the lock file's index line without its padding.
+func (l *VFLock) readIndex() (string, error) {
+	buf := make([]byte, indexSize+1)
+	n, err := l.f.ReadAt(buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("read lock file %s: %w", l.f.Name(), err)
+	}
+	if n != indexSize || buf[indexSize-1] != '\n' {
+		return "", nil // none (an older lock file), or torn
+	}
+	return strings.TrimRight(string(buf[:indexSize-1]), " "), nil
+}
+
+// Claims returns the records that claim the VF, other than self's: the
+// indexed owner's record, or with no usable index every record of the VF.
+func (l *VFLock) Claims(pci string, self Key) ([]*Record, error) {
+	line, err := l.readIndex()
+	if err != nil {
+		return nil, err
+	}
+	if line == indexFree {
+		return nil, nil
+	}
+	if name, ok := strings.CutPrefix(line, indexOwner); ok && strings.HasSuffix(name, ".json") && !strings.ContainsAny(name, "/ ") {
+		r, err := readRecord(filepath.Join(l.s.recordDir(), name))
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return nil, nil
+		case err == nil && r.PCI == pci:
+			if r.Key() == self {
+				return nil, nil
+			}
+			return []*Record{r}, nil
+		}
+		// An unreadable owner, or one of another VF: the index is not to
+		// be trusted, so read everything.
+	}
+	return l.s.Claims(pci, self)
+}
+
+// Claims reads every record and returns those of the VF pci other than
+// self's.
+func (s *Store) Claims(pci string, self Key) ([]*Record, error) {
+	recs, err := s.List()
+	var claims []*Record
+	for _, r := range recs {
+		if r.PCI == pci && r.Key() != self {
+			claims = append(claims, r)
+		}
+	}
+	return claims, err
+}
+
+// SetOwner indexes k's record as the VF's owner. ADD calls it before
+// saving the record.
+func (l *VFLock) SetOwner(k Key) error {
+	return l.writeIndex(indexOwner + fileName(k))
+}
+
+// Free clears the index if it names k. DEL calls it after removing k's
+// record. An index naming another key is that key's claim; no index (a lock
+// file from before it, where records of the VF may still exist) stays none,
+// so claims keep reading every record.
+func (l *VFLock) Free(k Key) error {
+	line, err := l.readIndex()
+	if err != nil || line != indexOwner+fileName(k) {
+		return err
+	}
+	return l.writeIndex(indexFree)
+}
+
+// writeIndex writes line padded to indexSize. Lines are short: a record's
+// file name is at most 205 bytes (see fileName).
+func (l *VFLock) writeIndex(line string) error {
+	buf := []byte(line + strings.Repeat(" ", indexSize-1-len(line)) + "\n")
+	if _, err := l.f.WriteAt(buf, 0); err != nil {
+		return fmt.Errorf("index VF owner in %s: %w", l.f.Name(), err)
+	}
+	return nil
 }
 
 // Writable checks that records can be written: the directory exists or can

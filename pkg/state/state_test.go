@@ -88,9 +88,8 @@ func TestDeleteAndLoadInEmptyStore(t *testing.T) {
 	}
 }
 
-// assertOnlyRecords checks the records directory holds n .json files, no
-// temp files, and that each is 0600.
-func assertOnlyRecords(t *testing.T, s *Store, n int) {
+// recordDirNames lists the records directory, sorted.
+func recordDirNames(t *testing.T, s *Store) []string {
 	t.Helper()
 	entries, err := os.ReadDir(s.recordDir())
 	if err != nil {
@@ -99,8 +98,18 @@ func assertOnlyRecords(t *testing.T, s *Store, n int) {
 	var names []string
 	for _, e := range entries {
 		names = append(names, e.Name())
-		if strings.HasPrefix(e.Name(), ".") || !strings.HasSuffix(e.Name(), ".json") {
-			t.Errorf("stray file %q in the records directory", e.Name())
+	}
+	return names
+}
+
+// assertOnlyRecords checks the records directory holds n .json files and
+// nothing else (no temp files).
+func assertOnlyRecords(t *testing.T, s *Store, n int) {
+	t.Helper()
+	names := recordDirNames(t, s)
+	for _, name := range names {
+		if strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".json") {
+			t.Errorf("stray file %q in the records directory", name)
 		}
 	}
 	if len(names) != n {
@@ -356,14 +365,12 @@ func TestLockVFExcludes(t *testing.T) {
 		t.Fatal("lock file is not locked while LockVF's lock is held")
 	}
 
-	started, acquired := make(chan struct{}), make(chan func(), 1)
+	started, acquired := make(chan struct{}), make(chan *VFLock, 1)
 	go func() {
 		close(started)
 		rel, err := second.LockVF("0000:18:00.2")
 		if err != nil {
 			t.Errorf("second LockVF: %v", err)
-			acquired <- func() {}
-			return
 		}
 		acquired <- rel
 	}()
@@ -371,7 +378,9 @@ func TestLockVFExcludes(t *testing.T) {
 	// A locker that did not wait would be done long before this.
 	select {
 	case rel := <-acquired:
-		rel()
+		if rel != nil {
+			rel.Unlock()
+		}
 		t.Fatal("second LockVF returned while the first lock was held")
 	case <-time.After(200 * time.Millisecond):
 	}
@@ -381,12 +390,14 @@ func TestLockVFExcludes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("LockVF of another VF: %v", err)
 	}
-	other()
+	other.Unlock()
 
-	release()
+	release.Unlock()
 	select {
 	case rel := <-acquired:
-		rel()
+		if rel != nil {
+			rel.Unlock()
+		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("second LockVF still waiting 10s after the first lock was released")
 	}
@@ -417,7 +428,7 @@ func TestLockVFRejects(t *testing.T) {
 	s := NewStore(dir)
 	for _, pci := range []string{"", "../x", "..", ".", ".hidden", "a/b", "/etc/passwd", "0000:18:00.2\x00", "x/../../y"} {
 		if rel, err := s.LockVF(pci); err == nil {
-			rel()
+			rel.Unlock()
 			t.Errorf("LockVF(%q) succeeded", pci)
 		}
 	}
@@ -457,5 +468,173 @@ func TestWritable(t *testing.T) {
 				assertOnlyRecords(t, s, 0) // the probe file is gone
 			}
 		})
+	}
+}
+
+// claimKeys runs Claims under a fresh lock and returns the claiming keys.
+func claimKeys(t *testing.T, s *Store, pci string, self Key) []string {
+	t.Helper()
+	l, err := s.LockVF(pci)
+	if err != nil {
+		t.Fatalf("LockVF: %v", err)
+	}
+	defer l.Unlock()
+	recs, err := l.Claims(pci, self)
+	if err != nil {
+		t.Fatalf("Claims: %v", err)
+	}
+	var keys []string
+	for _, r := range recs {
+		keys = append(keys, r.Key().String())
+	}
+	return keys
+}
+
+// own does what ADD does under the lock: index, then save.
+func own(t *testing.T, s *Store, r *Record) {
+	t.Helper()
+	l, err := s.LockVF(r.PCI)
+	if err != nil {
+		t.Fatalf("LockVF: %v", err)
+	}
+	defer l.Unlock()
+	if err := l.SetOwner(r.Key()); err != nil {
+		t.Fatalf("SetOwner: %v", err)
+	}
+	if err := s.Save(r); err != nil {
+		t.Fatalf("Save: %v", err)
+	}
+}
+
+// TestVFOwnerIndex walks the owner index through ADD, DEL, a kill between
+// index and record, a torn index, and records written before the index
+// existed, comparing Claims with what a scan of every record says.
+func TestVFOwnerIndex(t *testing.T) {
+	const pci = "0000:18:00.2"
+	s := NewStore(t.TempDir())
+	a, b := sampleRecord("ib", "aaaa", "net1"), sampleRecord("ib", "bbbb", "net1")
+	other := sampleRecord("ib", "cccc", "net1")
+	other.PCI = "0000:18:00.3"
+	own(t, s, other)
+	lockFile := filepath.Join(s.lockDir(), pci+".lock")
+
+	if got := claimKeys(t, s, pci, b.Key()); got != nil {
+		t.Fatalf("no owner yet: Claims = %v", got)
+	}
+	own(t, s, a)
+	if got, want := claimKeys(t, s, pci, b.Key()), []string{a.Key().String()}; !slices.Equal(got, want) {
+		t.Errorf("after A's ADD, Claims for B = %v, want %v", got, want)
+	}
+	if got := claimKeys(t, s, pci, a.Key()); got != nil {
+		t.Errorf("A's own claim is not another's: Claims for A = %v", got)
+	}
+	// The index is read, not the records: a record of the VF that the
+	// index does not name is invisible (only a foreign writer makes one).
+	stray := sampleRecord("ib", "dddd", "net1")
+	if err := s.Save(stray); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := claimKeys(t, s, pci, b.Key()), []string{a.Key().String()}; !slices.Equal(got, want) {
+		t.Errorf("with the index naming A, Claims = %v, want only %v", got, want)
+	}
+	if err := s.Delete(stray.Key()); err != nil {
+		t.Fatal(err)
+	}
+
+	// B's DEL (not the owner) leaves A's index; A's DEL frees it.
+	free := func(k Key) {
+		t.Helper()
+		l, err := s.LockVF(pci)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Unlock()
+		if err := l.Free(k); err != nil {
+			t.Fatalf("Free: %v", err)
+		}
+	}
+	free(b.Key())
+	if got := claimKeys(t, s, pci, b.Key()); len(got) != 1 {
+		t.Errorf("B's Free cleared A's claim: Claims = %v", got)
+	}
+	if err := s.Delete(a.Key()); err != nil {
+		t.Fatal(err)
+	}
+	free(a.Key())
+	if data, _ := os.ReadFile(lockFile); strings.TrimRight(string(data), " \n") != indexFree || len(data) != indexSize {
+		t.Errorf("lock file after A's DEL = %q, want %q padded to %d bytes", data, indexFree, indexSize)
+	}
+
+	// Killed between index and record: the owner has no record, so no claim.
+	l, err := s.LockVF(pci)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetOwner(a.Key()); err != nil {
+		t.Fatal(err)
+	}
+	l.Unlock()
+	if got := claimKeys(t, s, pci, b.Key()); got != nil {
+		t.Errorf("owner without a record: Claims = %v, want none", got)
+	}
+
+	// Records from before the index (empty lock file) and torn or foreign
+	// index lines are found by reading every record.
+	pad := func(line string) string { return line + strings.Repeat(" ", indexSize-1-len(line)) + "\n" }
+	for _, content := range []string{"", "own", pad("owner ../x.json"), pad("owner " + fileName(other.Key())),
+		"owner " + fileName(a.Key()) + "\n", pad("owner " + fileName(a.Key()))[1:], "\x00\x00", pad("free")[:100]} {
+		if err := s.Save(a); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(lockFile, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := claimKeys(t, s, pci, b.Key()), []string{a.Key().String()}; !slices.Equal(got, want) {
+			t.Errorf("lock file %q: Claims = %v, want %v (from the scan)", content, got, want)
+		}
+	}
+	// Without an index, a DEL of the owner leaves it none: other records
+	// of the VF from before the index may exist.
+	if err := os.WriteFile(lockFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	free(a.Key())
+	if data, _ := os.ReadFile(lockFile); len(data) != 0 {
+		t.Errorf("Free without an index wrote %q", data)
+	}
+	// A whole "free" index is trusted.
+	if err := os.WriteFile(lockFile, []byte(pad(indexFree)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := claimKeys(t, s, pci, b.Key()); got != nil {
+		t.Errorf("free index: Claims = %v, want none", got)
+	}
+}
+
+// TestListSweepsStaleTemps: temp and probe files older than staleTempAge
+// (left by killed writers) go; fresh ones (a write in flight) and anything
+// else stay.
+func TestListSweepsStaleTemps(t *testing.T) {
+	s := NewStore(t.TempDir())
+	if err := s.Save(sampleRecord("n", "c", "net1")); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-2 * staleTempAge)
+	for name, aged := range map[string]bool{".tmp-old": true, ".probe-old": true, ".tmp-fresh": false, "old-notes": true} {
+		path := filepath.Join(s.recordDir(), name)
+		if err := os.WriteFile(path, []byte("{half"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if aged {
+			if err := os.Chtimes(path, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := s.List(); err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	if names, want := recordDirNames(t, s), []string{".tmp-fresh", "n_c_net1.json", "old-notes"}; !slices.Equal(names, want) {
+		t.Errorf("after List the record dir holds %v, want %v", names, want)
 	}
 }

@@ -118,13 +118,13 @@ func (r Reader) vfIndex(pf, vf string) (int, error) {
 
 // VFs lists a PF's virtual functions by index, from its virtfnN links.
 func (r Reader) VFs(pf string) (map[int]string, error) {
-	entries, err := os.ReadDir(r.pciPath(pf))
+	entries, err := listDir(r.pciPath(pf))
 	if err != nil {
 		return nil, fmt.Errorf("read PF %s: %w", pf, err)
 	}
 	vfs := map[int]string{}
-	for _, e := range entries {
-		n, ok := strings.CutPrefix(e.Name(), "virtfn")
+	for _, name := range entries {
+		n, ok := strings.CutPrefix(name, "virtfn")
 		if !ok {
 			continue
 		}
@@ -132,7 +132,7 @@ func (r Reader) VFs(pf string) (map[int]string, error) {
 		if err != nil {
 			continue
 		}
-		if target, err := r.linkBase(r.pciPath(pf, e.Name())); err == nil {
+		if target, err := r.linkBase(r.pciPath(pf, name)); err == nil {
 			vfs[idx] = target
 		}
 	}
@@ -141,7 +141,7 @@ func (r Reader) VFs(pf string) (map[int]string, error) {
 
 // RDMADevices reads every RDMA device of a PCI function, sorted by name.
 func (r Reader) RDMADevices(addr string) ([]RDMADevice, error) {
-	entries, err := os.ReadDir(r.pciPath(addr, "infiniband"))
+	entries, err := listDir(r.pciPath(addr, "infiniband"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -149,8 +149,8 @@ func (r Reader) RDMADevices(addr string) ([]RDMADevice, error) {
 		return nil, fmt.Errorf("read RDMA devices of %s: %w", addr, err)
 	}
 	var devs []RDMADevice
-	for _, e := range entries {
-		d, err := r.readRDMA(addr, e.Name())
+	for _, name := range entries {
+		d, err := r.readRDMA(addr, name)
 		if err != nil {
 			return nil, err
 		}
@@ -171,14 +171,14 @@ func (r Reader) readRDMA(addr, name string) (RDMADevice, error) {
 		return d, fmt.Errorf("node_guid of %s (%s): %w", name, addr, err)
 	}
 	d.FWVer, _ = readTrim(filepath.Join(dir, "fw_ver"))
-	ports, err := os.ReadDir(filepath.Join(dir, "ports"))
+	ports, err := listDir(filepath.Join(dir, "ports"))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return d, fmt.Errorf("read ports of %s (%s): %w", name, addr, err)
 	}
 	for _, p := range ports {
-		port, err := readPort(filepath.Join(dir, "ports", p.Name()))
+		port, err := readPort(filepath.Join(dir, "ports", p))
 		if err != nil {
-			return d, fmt.Errorf("port %s of %s (%s): %w", p.Name(), name, addr, err)
+			return d, fmt.Errorf("port %s of %s (%s): %w", p, name, addr, err)
 		}
 		d.Ports = append(d.Ports, port)
 	}
@@ -229,16 +229,24 @@ func (r Reader) GUIDHolders(guids ...GUID) (map[GUID][]string, error) {
 
 func (r Reader) guidHolders(want func(GUID) bool) (map[GUID][]string, error) {
 	classDir := filepath.Join(r.Root, "class", "infiniband")
-	entries, err := os.ReadDir(classDir)
-	if errors.Is(err, fs.ErrNotExist) {
+	dir, err := openRetry(classDir, unix.O_DIRECTORY)
+	if err == unix.ENOENT {
 		return map[GUID][]string{}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("list RDMA devices: %w", err)
+		return nil, fmt.Errorf("list RDMA devices: %w", &fs.PathError{Op: "open", Path: classDir, Err: err})
 	}
-	out := make(map[GUID][]string, len(entries))
-	for _, e := range entries {
-		raw, err := readTrim(filepath.Join(classDir, e.Name(), "node_guid"))
+	defer unix.Close(dir)
+	names, err := readDirNames(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list RDMA devices: %w", &fs.PathError{Op: "readdirent", Path: classDir, Err: err})
+	}
+	out := make(map[GUID][]string, len(names))
+	var buf [64]byte
+	for _, name := range names {
+		// Relative to the open class directory: the kernel walks only
+		// the device's own symlink, not the root's path, per device.
+		raw, err := readAt(dir, name+"/node_guid", buf[:])
 		if err != nil {
 			continue // a device going away while we list is not ours to judge
 		}
@@ -246,13 +254,78 @@ func (r Reader) guidHolders(want func(GUID) bool) (map[GUID][]string, error) {
 		if err != nil || !want(g) {
 			continue
 		}
-		pci, err := r.linkBase(filepath.Join(classDir, e.Name(), "device"))
+		pci, err := r.linkBase(filepath.Join(classDir, name, "device"))
 		if err != nil {
-			pci = e.Name()
+			pci = name
 		}
 		out[g] = append(out[g], pci)
 	}
 	return out, nil
+}
+
+// listDir lists a directory's entry names, sorted, with plain system
+// calls. A missing directory is an fs.ErrNotExist PathError.
+func listDir(path string) ([]string, error) {
+	dir, err := openRetry(path, unix.O_DIRECTORY)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(dir)
+	names, err := readDirNames(dir)
+	if err != nil {
+		return nil, &fs.PathError{Op: "readdirent", Path: path, Err: err}
+	}
+	return names, nil
+}
+
+// readDirNames lists an open directory's entries, "." and ".." left out,
+// with getdents directly: os.ReadDir would wrap the fd in an *os.File.
+func readDirNames(dir int) ([]string, error) {
+	var names []string
+	buf := make([]byte, 8192)
+	for {
+		n, err := unix.Getdents(dir, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n <= 0 {
+			slices.Sort(names) // as os.ReadDir: callers report in a stable order
+			return names, nil
+		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+	}
+}
+
+// readAt reads a short attribute relative to an open directory into buf,
+// in one read: sysfs returns an attribute whole, and a regular file as
+// short as buf is read whole too. Returns the text without surrounding
+// space.
+func readAt(dir int, rel string, buf []byte) (string, error) {
+	var fd int
+	var err error
+	for {
+		fd, err = unix.Openat(dir, rel, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(fd)
+	for {
+		n, err := unix.Read(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		return strings.TrimSpace(string(buf[:n])), nil
+	}
 }
 
 // Readable reports whether the root looks like sysfs: bus/pci/devices can
@@ -274,7 +347,7 @@ func ReadAttr(path string) (string, error) { return readTrim(path) }
 // the read itself when ADD reads every RDMA device's GUID. Equivalent to:
 // cat $path
 func readTrim(path string) (string, error) {
-	fd, err := openRetry(path)
+	fd, err := openRetry(path, 0)
 	if err != nil {
 		return "", &fs.PathError{Op: "open", Path: path, Err: err}
 	}
@@ -297,9 +370,9 @@ func readTrim(path string) (string, error) {
 	return strings.TrimSpace(string(buf[:n])), nil
 }
 
-func openRetry(path string) (int, error) {
+func openRetry(path string, flags int) (int, error) {
 	for {
-		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|flags, 0)
 		if err != unix.EINTR {
 			return fd, err
 		}

@@ -8,11 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"slices"
 	"strings"
 
-	"github.com/containernetworking/plugins/pkg/netlinksafe"
-	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -22,34 +21,69 @@ var ErrNetnsGone = errors.New("network namespace is gone")
 
 // Handle is a netlink handle bound to the namespace it was opened in.
 type Handle struct {
-	nl   netlinksafe.Handle
+	nl   *rtnl
 	path string
 }
 
 // InNetns runs fn with a NETLINK_ROUTE handle inside the network namespace
 // at path. A path that does not exist (or is no longer a netns) yields an
 // error wrapping ErrNetnsGone.
+//
+// fn runs on a new goroutine locked to its OS thread, and the thread never
+// comes back: it ends with the goroutine, so no other goroutine ever runs
+// in the pod's netns and the caller's thread never leaves its own. Coming
+// back would need the thread's own netns opened through /proc first, which
+// costs more in a short-lived plugin than the runtime's replacing the
+// thread. setns itself tells whether path is a netns.
 func InNetns(path string, fn func(h *Handle) error) error {
-	err := ns.WithNetNSPath(path, func(ns.NetNS) error {
-		nh, err := netlinksafe.NewHandle(unix.NETLINK_ROUTE)
-		if err != nil {
-			return fmt.Errorf("open netlink in netns %s: %w", path, err)
-		}
-		defer nh.Close()
-		return fn(&Handle{nl: nh, path: path})
-	})
-	var notExist ns.NSPathNotExistErr
-	var notNS ns.NSPathNotNSErr
-	if errors.As(err, &notExist) || errors.As(err, &notNS) {
-		return fmt.Errorf("netns %s: %w", path, ErrNetnsGone)
+	target, err := openNetns(path)
+	if err != nil {
+		return err
 	}
-	return err
+	defer unix.Close(target)
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: see above
+		done <- runInNetns(target, path, fn)
+	}()
+	return <-done
+}
+
+// openNetns opens a netns path; a missing path is ErrNetnsGone.
+func openNetns(path string) (int, error) {
+	for {
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.ENOENT || err == unix.ENOTDIR:
+			return -1, fmt.Errorf("netns %s: %w", path, ErrNetnsGone)
+		case err != nil:
+			return -1, fmt.Errorf("open netns %s: %w", path, err)
+		}
+		return fd, nil
+	}
+}
+
+func runInNetns(target int, path string, fn func(h *Handle) error) error {
+	if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+		if err == unix.EINVAL { // a file, or a netns bind mount whose netns was unmounted
+			return fmt.Errorf("netns %s is not a network namespace: %w", path, ErrNetnsGone)
+		}
+		return fmt.Errorf("enter netns %s: %w", path, err)
+	}
+	nh, err := dialRtnl()
+	if err != nil {
+		return fmt.Errorf("open netlink in netns %s: %w", path, err)
+	}
+	defer nh.close()
+	return fn(&Handle{nl: nh, path: path})
 }
 
 // OpenHere opens a NETLINK_ROUTE handle in the calling thread's current
 // netns. Close it when done.
 func OpenHere() (*Handle, error) {
-	nh, err := netlinksafe.NewHandle(unix.NETLINK_ROUTE)
+	nh, err := dialRtnl()
 	if err != nil {
 		return nil, fmt.Errorf("open netlink: %w", err)
 	}
@@ -57,20 +91,19 @@ func OpenHere() (*Handle, error) {
 }
 
 // Close releases the handle's socket.
-func (h *Handle) Close() { h.nl.Close() }
+func (h *Handle) Close() { h.nl.close() }
 
 // Taken reports whether a link of the handle's netns has name as its name
 // or an altname (the kernel resolves both). A lookup error counts as taken.
 func (h *Handle) Taken(name string) bool {
-	_, err := h.nl.LinkByName(name)
-	var nf netlink.LinkNotFoundError
-	return !errors.As(err, &nf)
+	_, err := h.nl.linkGet(0, name)
+	return !errors.Is(err, unix.ENODEV)
 }
 
 // SetAlias sets the link's ifalias.
 // Equivalent to: ip link set dev $link alias $alias
 func (h *Handle) SetAlias(l netlink.Link, alias string) error {
-	if err := h.nl.LinkSetAlias(l, alias); err != nil {
+	if err := h.nl.linkSet(l.Attrs().Index, 0, 0, rtattr{unix.IFLA_IFALIAS, []byte(alias)}); err != nil {
 		return fmt.Errorf("set alias of %s in netns %s: %w", l.Attrs().Name, h.path, err)
 	}
 	return nil
@@ -138,7 +171,7 @@ func (e *AltNameConflictError) Error() string {
 // Locate finds the VF with PCI address pci: first by PCI parent, then by
 // ethtool bus-info, then by altName. It lists the links once.
 func (h *Handle) Locate(pci, altName string) (*Found, error) {
-	links, err := h.nl.LinkList()
+	links, err := h.nl.linkList()
 	if err != nil {
 		return nil, fmt.Errorf("list links in netns %s: %w", h.path, err)
 	}
@@ -233,9 +266,8 @@ func Describe(links []netlink.Link) []string {
 
 // LinkByName returns the link named name, or nil when there is none.
 func (h *Handle) LinkByName(name string) (netlink.Link, error) {
-	l, err := h.nl.LinkByName(name)
-	var nf netlink.LinkNotFoundError
-	if errors.As(err, &nf) {
+	l, err := h.nl.linkGet(0, name)
+	if errors.Is(err, unix.ENODEV) {
 		return nil, nil
 	}
 	if err != nil {
@@ -246,7 +278,7 @@ func (h *Handle) LinkByName(name string) (netlink.Link, error) {
 
 // Refresh re-reads a link by index.
 func (h *Handle) Refresh(l netlink.Link) (netlink.Link, error) {
-	nl, err := h.nl.LinkByIndex(l.Attrs().Index)
+	nl, err := h.nl.linkGet(l.Attrs().Index, "")
 	if err != nil {
 		return nil, fmt.Errorf("read link %s (index %d) in netns %s: %w", l.Attrs().Name, l.Attrs().Index, h.path, err)
 	}
@@ -260,16 +292,16 @@ func (h *Handle) Rename(l netlink.Link, name string) error {
 	old := l.Attrs().Name
 	wasUp := l.Attrs().Flags&net.FlagUp != 0
 	if wasUp {
-		if err := h.nl.LinkSetDown(l); err != nil {
+		if err := h.nl.linkSet(l.Attrs().Index, 0, unix.IFF_UP); err != nil {
 			return fmt.Errorf("set %s down in netns %s: %w", old, h.path, err)
 		}
 	}
-	err := h.nl.LinkSetName(l, name)
+	err := h.nl.linkSet(l.Attrs().Index, 0, 0, rtattr{unix.IFLA_IFNAME, cString(name)})
 	if err != nil {
 		err = fmt.Errorf("rename %s to %s in netns %s: %w", old, name, h.path, err)
 	}
 	if wasUp {
-		if uerr := h.nl.LinkSetUp(l); uerr != nil && err == nil {
+		if uerr := h.nl.linkSet(l.Attrs().Index, unix.IFF_UP, unix.IFF_UP); uerr != nil && err == nil {
 			err = fmt.Errorf("set %s up again in netns %s: %w", name, h.path, uerr)
 		}
 	}
@@ -279,7 +311,7 @@ func (h *Handle) Rename(l netlink.Link, name string) error {
 // AddAltName adds an alternative name.
 // Equivalent to: ip link property add dev $link altname $name
 func (h *Handle) AddAltName(l netlink.Link, name string) error {
-	if err := h.nl.LinkAddAltName(l, name); err != nil {
+	if err := h.nl.altName(unix.RTM_NEWLINKPROP, l.Attrs().Index, name); err != nil {
 		return fmt.Errorf("add altname %s to %s in netns %s: %w", name, l.Attrs().Name, h.path, err)
 	}
 	return nil
@@ -288,7 +320,7 @@ func (h *Handle) AddAltName(l netlink.Link, name string) error {
 // DelAltName removes an alternative name.
 // Equivalent to: ip link property del dev $link altname $name
 func (h *Handle) DelAltName(l netlink.Link, name string) error {
-	if err := h.nl.LinkDelAltName(l, name); err != nil {
+	if err := h.nl.altName(unix.RTM_DELLINKPROP, l.Attrs().Index, name); err != nil {
 		return fmt.Errorf("remove altname %s from %s in netns %s: %w", name, l.Attrs().Name, h.path, err)
 	}
 	return nil

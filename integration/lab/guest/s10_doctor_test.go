@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// TestLab10NodeDoctor: `sriov-stable-cni doctor` on a real kernel's sysfs
+// TestLab10NodeDoctor: `sriov-stable-agent doctor` on a real kernel's sysfs
 // with SR-IOV devices that are not Mellanox (two igb PFs, fourteen igbvf
 // VFs): it must not crash, must say there is nothing to check, and must
 // exit 0; reading the real /dev/kmsg (to its end, without blocking) must
@@ -15,7 +15,7 @@ import (
 func TestLab10NodeDoctor(t *testing.T) {
 	newEnv(t)
 	for _, kmsg := range []string{"", "/dev/kmsg"} {
-		r := run(t, nil, tool("sriov-stable-cni"), "doctor", "--sysfs-root", "/sys", "--kmsg="+kmsg)
+		r := run(t, nil, tool("sriov-stable-agent"), "doctor", "--sysfs-root", "/sys", "--kmsg="+kmsg)
 		t.Logf("doctor --kmsg=%q exited %d after %s:\n%s%s", kmsg, r.code, r.took.Round(1e6), r.stdout, r.stderr)
 		if r.code != 0 {
 			t.Fatalf("doctor --kmsg=%q exited %d, want 0", kmsg, r.code)

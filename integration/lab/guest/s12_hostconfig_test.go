@@ -16,7 +16,7 @@ import (
 // labVFName is the spec's vfName pattern for the lab: lab{pfidx}vf{vf}.
 func labVFName(pfIdx, vfIdx int) string { return fmt.Sprintf("lab%dvf%d", pfIdx, vfIdx) }
 
-// TestLab12HostConfig: `sriov-stable-cni hostconfig` generates the node's
+// TestLab12HostConfig: `sriov-stable-agent hostconfig` generates the node's
 // files for the two igb PFs (listed by PCI address, link type ethernet,
 // VF names lab{pfidx}vf{vf}) from the guest's sysfs; one .link file per VF
 // names the VF's PCI path, its Name= and the plugin's altname. With the VFs
@@ -35,7 +35,7 @@ func TestLab12HostConfig(t *testing.T) {
 	if err := os.WriteFile(specPath, []byte(labSpec(theLab.PFs)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := run(t, nil, tool("sriov-stable-cni"), "hostconfig", "--spec", specPath, "--sysfs-root", "/sys", "--out", out)
+	r := run(t, nil, tool("sriov-stable-agent"), "hostconfig", "--spec", specPath, "--sysfs-root", "/sys", "--out", out)
 	t.Logf("hostconfig --out exited %d after %s:\n%s%s", r.code, r.took.Round(time.Millisecond), r.stdout, r.stderr)
 	if r.code != 0 {
 		t.Fatalf("hostconfig --out exited %d", r.code)
@@ -112,7 +112,7 @@ func TestLab12HostConfig(t *testing.T) {
 		}
 	}
 
-	r = run(t, nil, tool("sriov-stable-cni"), "hostconfig", "--spec", specPath, "--check")
+	r = run(t, nil, tool("sriov-stable-agent"), "hostconfig", "--spec", specPath, "--check")
 	t.Logf("hostconfig --check exited %d:\n%s%s", r.code, r.stdout, r.stderr)
 	if r.code != 0 || !strings.Contains(r.stdout, "ok: the node matches the spec") {
 		t.Fatalf("hostconfig --check exited %d, want 0 and ok", r.code)
@@ -136,7 +136,7 @@ func TestLab12HostConfig(t *testing.T) {
 	wantRecords(t, e, 0)
 
 	// The doctor with the spec must agree with hostconfig --check.
-	r = run(t, nil, tool("sriov-stable-cni"), "doctor", "--spec", specPath, "--kmsg=")
+	r = run(t, nil, tool("sriov-stable-agent"), "doctor", "--spec", specPath, "--kmsg=")
 	t.Logf("doctor --spec exited %d:\n%s%s", r.code, r.stdout, r.stderr)
 	if r.code != 0 || !strings.Contains(r.stdout, " 0 errors, 0 warnings") {
 		t.Errorf("doctor --spec exited %d with findings, want 0 and none, as hostconfig --check found none", r.code)

@@ -1,4 +1,4 @@
-package cli
+package nodecli
 
 import (
 	"encoding/json"
@@ -17,8 +17,8 @@ import (
 )
 
 const hostconfigUsage = `usage:
-  sriov-stable-cni hostconfig --spec node.yaml --out DIR [--sysfs-root /sys]
-  sriov-stable-cni hostconfig --spec node.yaml --check [--sysfs-root /sys] [--json]
+  sriov-stable-agent hostconfig --spec node.yaml --out DIR [--sysfs-root /sys]
+  sriov-stable-agent hostconfig --spec node.yaml --check [--sysfs-root /sys] [--json]
 
 Generates what an SR-IOV node needs before kubelet starts, from one spec:
 one systemd .link file per VF and PF (stable Name= and AlternativeName=,
@@ -33,9 +33,11 @@ vfStride. --check compares the node with the spec and exits 1 on errors.
 Flags:
 `
 
-// runHostconfig is the "hostconfig" command: generate files or check a node.
-func runHostconfig(args []string, stdout, stderr io.Writer) int {
-	fl := flag.NewFlagSet("sriov-stable-cni hostconfig", flag.ContinueOnError)
+// Hostconfig runs `sriov-stable-agent hostconfig` with args (after the
+// command name): it generates a node's files or checks the node, and returns
+// the process exit code.
+func Hostconfig(args []string, stdout, stderr io.Writer) int {
+	fl := flag.NewFlagSet("sriov-stable-agent hostconfig", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	specPath := fl.String("spec", "", "the node spec (YAML)")
 	out := fl.String("out", "", "write the files under this directory (it mirrors /)")
@@ -54,26 +56,26 @@ func runHostconfig(args []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case fl.NArg() > 0:
-		fmt.Fprintf(stderr, "sriov-stable-cni hostconfig: unexpected argument %q\n", fl.Arg(0))
+		fmt.Fprintf(stderr, "sriov-stable-agent hostconfig: unexpected argument %q\n", fl.Arg(0))
 		return 2
 	case *specPath == "":
-		fmt.Fprintln(stderr, "sriov-stable-cni hostconfig: --spec is required")
+		fmt.Fprintln(stderr, "sriov-stable-agent hostconfig: --spec is required")
 		return 2
 	case *check == (*out != ""):
-		fmt.Fprintln(stderr, "sriov-stable-cni hostconfig: give either --out DIR or --check")
+		fmt.Fprintln(stderr, "sriov-stable-agent hostconfig: give either --out DIR or --check")
 		return 2
 	case *asJSON && !*check:
-		fmt.Fprintln(stderr, "sriov-stable-cni hostconfig: --json goes with --check")
+		fmt.Fprintln(stderr, "sriov-stable-agent hostconfig: --json goes with --check")
 		return 2
 	}
 	data, err := os.ReadFile(*specPath)
 	if err != nil {
-		fmt.Fprintf(stderr, "sriov-stable-cni hostconfig: read spec: %v\n", err)
+		fmt.Fprintf(stderr, "sriov-stable-agent hostconfig: read spec: %v\n", err)
 		return 1
 	}
 	spec, err := hostconfig.ParseSpec(data)
 	if err != nil {
-		fmt.Fprintf(stderr, "sriov-stable-cni hostconfig: %s: %v\n", *specPath, err)
+		fmt.Fprintf(stderr, "sriov-stable-agent hostconfig: %s: %v\n", *specPath, err)
 		return 1
 	}
 	if *check {
@@ -89,16 +91,16 @@ func runHostconfig(args []string, stdout, stderr io.Writer) int {
 func hostconfigGenerate(spec *hostconfig.Spec, specPath, sysfsRoot, out string, stdout, stderr io.Writer) int {
 	plan, err := hostconfig.Resolve(spec, sysfsRoot)
 	if err != nil {
-		fmt.Fprintf(stderr, "sriov-stable-cni hostconfig: %v\n", err)
+		fmt.Fprintf(stderr, "sriov-stable-agent hostconfig: %v\n", err)
 		return 1
 	}
 	files, err := hostconfig.Render(plan)
 	if err != nil {
-		fmt.Fprintf(stderr, "sriov-stable-cni hostconfig: %v\n", err)
+		fmt.Fprintf(stderr, "sriov-stable-agent hostconfig: %v\n", err)
 		return 1
 	}
 	if err := hostconfig.WriteFiles(out, files); err != nil {
-		fmt.Fprintf(stderr, "sriov-stable-cni hostconfig: %v\n", err)
+		fmt.Fprintf(stderr, "sriov-stable-agent hostconfig: %v\n", err)
 		return 1
 	}
 	links := 0
@@ -116,7 +118,7 @@ func hostconfigGenerate(spec *hostconfig.Spec, specPath, sysfsRoot, out string, 
 	fmt.Fprintf(stdout, "  cp -r %s/. /\n", out)
 	fmt.Fprintf(stdout, "  update-initramfs -u    # the initramfs's udev names devices too (dracut -f elsewhere)\n")
 	fmt.Fprintf(stdout, "  systemctl daemon-reload && systemctl enable --now %s\n", hostconfig.UnitName)
-	fmt.Fprintf(stdout, "then: sriov-stable-cni hostconfig --spec %s --check\n", specPath)
+	fmt.Fprintf(stdout, "then: sriov-stable-agent hostconfig --spec %s --check\n", specPath)
 	return 0
 }
 
@@ -126,7 +128,7 @@ func hostconfigCheck(spec *hostconfig.Spec, root string, asJSON bool, stdout, st
 		// Our sysfs and our netns are the host's: altnames can be read.
 		h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 		if err != nil {
-			fmt.Fprintf(stderr, "sriov-stable-cni hostconfig: altnames not checked: open netlink: %v\n", err)
+			fmt.Fprintf(stderr, "sriov-stable-agent hostconfig: altnames not checked: open netlink: %v\n", err)
 		} else {
 			defer h.Close()
 			c.AltNames = func(ifname string) ([]string, error) { return altNames(h, ifname) }
@@ -134,7 +136,7 @@ func hostconfigCheck(spec *hostconfig.Spec, root string, asJSON bool, stdout, st
 	}
 	findings, err := c.Check(spec)
 	if err != nil {
-		fmt.Fprintf(stderr, "sriov-stable-cni hostconfig: %v\n", err)
+		fmt.Fprintf(stderr, "sriov-stable-agent hostconfig: %v\n", err)
 		return 1
 	}
 	if asJSON {
@@ -144,7 +146,7 @@ func hostconfigCheck(spec *hostconfig.Spec, root string, asJSON bool, stdout, st
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(findings); err != nil {
-			fmt.Fprintf(stderr, "sriov-stable-cni hostconfig: %v\n", err)
+			fmt.Fprintf(stderr, "sriov-stable-agent hostconfig: %v\n", err)
 			return 1
 		}
 	} else {

@@ -1,4 +1,4 @@
-package cli
+package nodecli
 
 import (
 	"encoding/json"
@@ -13,7 +13,7 @@ import (
 
 func runDoctorCmd(args ...string) (code int, stdout, stderr string) {
 	var out, errOut strings.Builder
-	code = runDoctor(args, &out, &errOut)
+	code = Doctor(args, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 

@@ -1,4 +1,4 @@
-package cli
+package nodecli
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 
 func runHostconfigCmd(args ...string) (code int, stdout, stderr string) {
 	var out, errOut strings.Builder
-	code = runHostconfig(args, &out, &errOut)
+	code = Hostconfig(args, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
@@ -42,7 +42,7 @@ func TestHostconfigUsage(t *testing.T) {
 		{"json without check", []string{"--spec", spec, "--out", t.TempDir(), "--json"}, 2, "--json goes with --check"},
 		{"stray argument", []string{"--spec", spec, "--check", "extra"}, 2, `unexpected argument "extra"`},
 		{"unknown flag", []string{"--specs", spec}, 2, "flag provided but not defined: -specs"},
-		{"help", []string{"--help"}, 0, "sriov-stable-cni hostconfig --spec node.yaml --out DIR"},
+		{"help", []string{"--help"}, 0, "sriov-stable-agent hostconfig --spec node.yaml --out DIR"},
 		{"missing spec file", []string{"--spec", filepath.Join(t.TempDir(), "none.yaml"), "--check"}, 1, "read spec: open"},
 		{"bad spec", []string{"--spec", writeSpec(t, "vfs: 8\nlinkType: roce\npfs: [{pci: 0000:18:00.0}]\n"), "--check"}, 1,
 			`node.yaml: invalid hostconfig spec: linkType: "roce" is not one of infiniband, ethernet, auto`},

@@ -1,4 +1,7 @@
-package cli
+// Package nodecli holds the node commands of sriov-stable-agent: doctor and
+// hostconfig. They live outside the CNI binary because every package linked
+// into it is paid for on every pod attach.
+package nodecli
 
 import (
 	"encoding/json"
@@ -21,7 +24,7 @@ const (
 	doctorExitUsage    = 2 // bad flags, or the node could not be checked at all
 )
 
-const doctorUsage = `usage: sriov-stable-cni doctor [flags]
+const doctorUsage = `usage: sriov-stable-agent doctor [flags]
 
 Checks this node for the known root causes of broken SR-IOV InfiniBand
 attachments: mlx5_core not loaded or not bound, a driver built for another
@@ -37,9 +40,10 @@ Exit status: 0 no errors (warnings may be present), 1 errors found,
 Flags:
 `
 
-// runDoctor runs `sriov-stable-cni doctor`.
-func runDoctor(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
+// Doctor runs `sriov-stable-agent doctor` with args (after the command
+// name) and returns the process exit code.
+func Doctor(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("sriov-stable-agent doctor", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	sysfsRoot := fs.String("sysfs-root", config.DefaultSysfsRoot, "where the host's sysfs is mounted")
 	kmsg := fs.String("kmsg", "/dev/kmsg", "kernel log: /dev/kmsg, or a file of dmesg output; \"\" skips the kernel log checks")
@@ -57,11 +61,11 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 			fs.PrintDefaults()
 			return doctorExitOK
 		}
-		fmt.Fprintln(stderr, "run \"sriov-stable-cni doctor --help\" for the flags")
+		fmt.Fprintln(stderr, "run \"sriov-stable-agent doctor --help\" for the flags")
 		return doctorExitUsage
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "sriov-stable-cni doctor: unexpected argument %q\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "sriov-stable-agent doctor: unexpected argument %q\n", fs.Arg(0))
 		return doctorExitUsage
 	}
 	opts := doctor.Options{
@@ -74,22 +78,22 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 	if *namePattern != "" {
 		re, err := regexp.Compile(*namePattern)
 		if err != nil {
-			fmt.Fprintf(stderr, "sriov-stable-cni doctor: --name-pattern: %v\n", err)
+			fmt.Fprintf(stderr, "sriov-stable-agent doctor: --name-pattern: %v\n", err)
 			return doctorExitUsage
 		}
 		opts.NamePattern = re
 	}
 	if *specFile != "" {
-		spec, err := readSpec(*specFile)
+		spec, err := ReadSpec(*specFile)
 		if err != nil {
-			fmt.Fprintf(stderr, "sriov-stable-cni doctor: %v\n", err)
+			fmt.Fprintf(stderr, "sriov-stable-agent doctor: %v\n", err)
 			return doctorExitUsage
 		}
 		opts.Spec = spec
 	}
 	rep, err := doctor.Run(opts)
 	if err != nil {
-		fmt.Fprintf(stderr, "sriov-stable-cni doctor: %v\n", err)
+		fmt.Fprintf(stderr, "sriov-stable-agent doctor: %v\n", err)
 		return doctorExitUsage
 	}
 	if *asJSON {
@@ -106,7 +110,7 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 		err = rep.WriteText(stdout)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "sriov-stable-cni doctor: write report: %v\n", err)
+		fmt.Fprintf(stderr, "sriov-stable-agent doctor: write report: %v\n", err)
 		return doctorExitUsage
 	}
 	if rep.Count(doctor.SeverityError) > 0 {
@@ -115,8 +119,9 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 	return doctorExitOK
 }
 
-// readSpec reads and validates a hostconfig spec file.
-func readSpec(path string) (*hostconfig.Spec, error) {
+// ReadSpec reads and validates a hostconfig spec file (the doctor's and the
+// monitor's --spec).
+func ReadSpec(path string) (*hostconfig.Spec, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read hostconfig spec: %w", err)
