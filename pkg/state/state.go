@@ -255,6 +255,42 @@ func (s *Store) List() ([]*Record, error) {
 	return recs, errors.Join(errs...)
 }
 
+// RemoveUnreadableBefore removes the record files that cannot be read (empty
+// or torn by a power loss, since records are not fsynced, or written by a
+// newer plugin) and were last written before t, and returns their names.
+// GC passes the boot time: no attachment from before it can be live, and
+// an unreadable record is otherwise never removed, since its key is unknown.
+func (s *Store) RemoveUnreadableBefore(t time.Time) ([]string, error) {
+	entries, err := os.ReadDir(s.recordDir())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list records: %w", err)
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		path := filepath.Join(s.recordDir(), e.Name())
+		info, err := e.Info()
+		if err != nil || !info.Mode().IsRegular() || !info.ModTime().Before(t) {
+			continue
+		}
+		if _, err := readRecord(path); err == nil || errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove unreadable record: %w", err))
+			continue
+		}
+		removed = append(removed, e.Name())
+	}
+	return removed, errors.Join(errs...)
+}
+
 // VFLock is a held lock on one VF. Its lock file also indexes the VF's
 // owner: the file name of the record that claims the VF, so ADD and DEL
 // read one record instead of all of them (a DGX node with every VF in use

@@ -638,3 +638,51 @@ func TestListSweepsStaleTemps(t *testing.T) {
 		t.Errorf("after List the record dir holds %v, want %v", names, want)
 	}
 }
+
+// TestRemoveUnreadableBefore: only records that cannot be read and are
+// older than the cut go; readable old records (GC judges those by key) and
+// unreadable new ones (maybe a write of this boot) stay.
+func TestRemoveUnreadableBefore(t *testing.T) {
+	s := NewStore(t.TempDir())
+	good := sampleRecord("n", "old-good", "net1")
+	if err := s.Save(good); err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Now().Add(-time.Hour)
+	old := cut.Add(-time.Hour)
+	files := map[string]struct {
+		data string
+		old  bool
+	}{
+		"n_old-empty_net1.json":  {"", true},
+		"n_old-torn_net1.json":   {`{"version":1,"net`, true},
+		"n_old-newer_net1.json":  {`{"version":99}`, true},
+		"n_new-empty_net1.json":  {"", false},
+		fileName(good.Key()):     {"", true}, // rewritten below: stays readable
+		".tmp-old-but-temp.json": {"", true},
+	}
+	for name, f := range files {
+		path := filepath.Join(s.recordDir(), name)
+		if name != fileName(good.Key()) {
+			if err := os.WriteFile(path, []byte(f.data), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if f.old {
+			if err := os.Chtimes(path, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	removed, err := s.RemoveUnreadableBefore(cut)
+	if err != nil {
+		t.Fatalf("RemoveUnreadableBefore: %v", err)
+	}
+	slices.Sort(removed)
+	if want := []string{"n_old-empty_net1.json", "n_old-newer_net1.json", "n_old-torn_net1.json"}; !slices.Equal(removed, want) {
+		t.Errorf("removed %v, want %v", removed, want)
+	}
+	if want := []string{".tmp-old-but-temp.json", "n_new-empty_net1.json", fileName(good.Key())}; !slices.Equal(recordDirNames(t, s), want) {
+		t.Errorf("left %v, want %v", recordDirNames(t, s), want)
+	}
+}
