@@ -348,7 +348,7 @@ func guidProblem(a *attachment) string {
 	for _, d := range a.vf.RDMA {
 		if !d.NodeGUID.Valid() {
 			return fmt.Sprintf("%s node GUID is %s, expected an assigned GUID (assign it through PF %s, VF index %d, "+
-				"before kubelet starts: see hostconfig)", d.Name, d.NodeGUID, a.vf.PF, a.vf.Index)
+				"before kubelet starts: sriov-stable-agent hostconfig generates a boot unit that does it)", d.Name, d.NodeGUID, a.vf.PF, a.vf.Index)
 		}
 	}
 	all, err := a.holders()
