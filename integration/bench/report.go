@@ -148,7 +148,7 @@ func (r *report) print(w io.Writer) {
 		}
 	}
 
-	fmt.Fprintf(w, "\n### VERSION exec (%d runs each, interleaved) and binary size\n\n", o.versionRuns)
+	fmt.Fprintf(w, "\n### VERSION exec (%d runs each from %d copies, interleaved) and binary size\n\n", o.versionRuns, versionCopies)
 	fmt.Fprintf(w, "| binary | VERSION p50 | VERSION p90 | size |\n|---|--:|--:|--:|\n")
 	for _, name := range benchBinaries(o) {
 		fmt.Fprintf(w, "| %s | %s ms | %s ms | %.1f MiB |\n", name, ms(median(r.version[name])), ms(quantile(r.version[name], 0.9)),
