@@ -119,13 +119,19 @@ func installBinaries(tb *harness.ProgramTB, o options) string {
 		src[ourBaseline] = o.baseline
 	}
 	for name, from := range src {
-		data, err := os.ReadFile(from)
-		if err != nil {
-			tb.Fatalf("install %s: %v", name, err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o755); err != nil {
-			tb.Fatalf("install %s: %v", name, err)
-		}
+		writeCopy(tb, from, filepath.Join(dir, name))
 	}
 	return dir
+}
+
+// writeCopy writes the bytes of from into a new executable to, with
+// write(2).
+func writeCopy(tb *harness.ProgramTB, from, to string) {
+	data, err := os.ReadFile(from)
+	if err != nil {
+		tb.Fatalf("copy %s: %v", from, err)
+	}
+	if err := os.WriteFile(to, data, 0o755); err != nil {
+		tb.Fatalf("copy %s: %v", from, err)
+	}
 }

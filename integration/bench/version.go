@@ -66,15 +66,9 @@ const versionCopies = 8
 func versionCopyPaths(tb *harness.ProgramTB, o options, binaries []string) map[string][]string {
 	out := map[string][]string{}
 	for _, name := range binaries {
-		data, err := os.ReadFile(filepath.Join(o.binDir, name))
-		if err != nil {
-			tb.Fatalf("copy %s: %v", name, err)
-		}
 		for i := range versionCopies {
 			path := filepath.Join(o.binDir, fmt.Sprintf(".version-%s-%d", name, i))
-			if err := os.WriteFile(path, data, 0o755); err != nil {
-				tb.Fatalf("copy %s: %v", name, err)
-			}
+			writeCopy(tb, filepath.Join(o.binDir, name), path)
 			out[name] = append(out[name], path)
 		}
 	}

@@ -11,8 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,6 +21,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
+	"github.com/sriov-stable-cni/sriov-stable-cni/integration/promtext"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
 
@@ -211,36 +210,7 @@ func (a *agent) get(path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// metrics maps series (name{label="value",…} with labels sorted, as the
-// text format prints them) to values.
-type metrics map[string]float64
-
-func parseMetrics(text string) metrics {
-	m := metrics{}
-	for _, line := range strings.Split(text, "\n") {
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-			m[line[:i]] = v
-		}
-	}
-	return m
-}
-
-// series formats name{k="v",…} with the labels sorted by name.
-func series(name string, kv ...string) string {
-	if len(kv) == 0 {
-		return name
-	}
-	var pairs []string
-	for i := 0; i+1 < len(kv); i += 2 {
-		pairs = append(pairs, fmt.Sprintf("%s=%q", kv[i], kv[i+1]))
-	}
-	sort.Strings(pairs)
-	return name + "{" + strings.Join(pairs, ",") + "}"
-}
+type metrics = promtext.Metrics
 
 func (a *agent) scrape() metrics {
 	a.t.Helper()
@@ -248,7 +218,7 @@ func (a *agent) scrape() metrics {
 	if code != http.StatusOK {
 		a.t.Fatalf("GET /metrics: %d %s", code, body)
 	}
-	return parseMetrics(body)
+	return promtext.Parse(body)
 }
 
 // waitFor polls /metrics until cond holds, for at most 15s (the machine is
@@ -259,7 +229,7 @@ func (a *agent) waitFor(what string, cond func(metrics) bool) metrics {
 	for {
 		var m metrics
 		if code, body := a.get("/metrics"); code == http.StatusOK {
-			m = parseMetrics(body)
+			m = promtext.Parse(body)
 		}
 		if m != nil && cond(m) {
 			return m
@@ -274,11 +244,11 @@ func (a *agent) waitFor(what string, cond func(metrics) bool) metrics {
 const sweeps = "sriov_stable_sweeps_total"
 
 func drift(reason string) string {
-	return series("sriov_stable_attachment_drift", "network", network, "reason", reason)
+	return promtext.Series("sriov_stable_attachment_drift", "network", network, "reason", reason)
 }
 
 func attachments(status string) string {
-	return series("sriov_stable_attachments", "network", network, "status", status)
+	return promtext.Series("sriov_stable_attachments", "network", network, "status", status)
 }
 
 // withinOneInterval waits for cond and asserts that the first sweep
@@ -360,7 +330,7 @@ func TestMonitorEndToEnd(t *testing.T) {
 	// 6. The doctor's findings about the fixture node are gauges: it has no
 	//    mlx5_core module loaded.
 	m := a.scrape()
-	if m[series("sriov_stable_doctor_finding", "check", "driver-loaded", "severity", "error", "subject", "mlx5_core")] != 1 ||
+	if m[promtext.Series("sriov_stable_doctor_finding", "check", "driver-loaded", "severity", "error", "subject", "mlx5_core")] != 1 ||
 		m["sriov_stable_doctor_up"] != 1 {
 		t.Errorf("doctor gauges missing: %v", m)
 	}
@@ -459,7 +429,7 @@ func checkDocumentedSeries(t *testing.T, a *agent) {
 		_, body = a.get("/metrics")
 	}
 	served := map[string]bool{}
-	for s := range parseMetrics(body) {
+	for s := range promtext.Parse(body) {
 		name, _, _ := strings.Cut(s, "{")
 		served[name] = true
 	}

@@ -82,15 +82,7 @@ type Observation struct {
 func Observe(exp Expect, sys sysfs.Reader) (*Observation, error) {
 	// The RDMA devices are host sysfs: read them on another CPU while the
 	// netns is entered and its links listed.
-	type devices struct {
-		rdma []sysfs.RDMADevice
-		err  error
-	}
-	read := make(chan devices, 1)
-	go func() {
-		rdma, err := sys.RDMADevices(exp.PCI)
-		read <- devices{rdma, err}
-	}()
+	rdmaDevices := sysfs.Async(func() ([]sysfs.RDMADevice, error) { return sys.RDMADevices(exp.PCI) })
 	obs := &Observation{}
 	err := vfnet.InNetns(exp.Netns, func(h *vfnet.Handle) error {
 		f, err := h.Locate(exp.PCI, exp.AltName)
@@ -106,11 +98,11 @@ func Observe(exp Expect, sys sysfs.Reader) (*Observation, error) {
 		case err != nil:
 			return err
 		}
-		d := <-read
-		if d.err != nil {
-			return d.err
+		rdma, err := rdmaDevices()
+		if err != nil {
+			return err
 		}
-		obs = ObserveLink(f.Link, d.rdma)
+		obs = ObserveLink(f.Link, rdma)
 		return nil
 	})
 	if err != nil {

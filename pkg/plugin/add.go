@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -328,19 +327,7 @@ func (p *Plugin) startGUIDScan(a *attachment) {
 	for i, d := range a.vf.RDMA {
 		guids[i] = d.NodeGUID
 	}
-	type scan struct {
-		holders map[sysfs.GUID][]string
-		err     error
-	}
-	done := make(chan scan, 1)
-	go func() {
-		h, err := p.sys.GUIDHolders(guids...)
-		done <- scan{h, err}
-	}()
-	a.holders = sync.OnceValues(func() (map[sysfs.GUID][]string, error) {
-		s := <-done
-		return s.holders, s.err
-	})
+	a.holders = sysfs.Async(func() (map[sysfs.GUID][]string, error) { return p.sys.GUIDHolders(guids...) })
 }
 
 // guidProblem explains what is wrong with the VF's node GUIDs, or "".

@@ -225,6 +225,12 @@ func (s *Store) Delete(k Key) error {
 	return nil
 }
 
+// isRecordFile tells record files from the temp and probe files beside
+// them. A record's name may start with a dot (a network named so).
+func isRecordFile(name string) bool {
+	return strings.HasSuffix(name, ".json") && !strings.HasPrefix(name, ".tmp-") && !strings.HasPrefix(name, ".probe-")
+}
+
 // List reads every record, sorted by key. Unreadable files are returned as
 // errors after the good records, so one bad file does not hide the rest.
 // It also removes stale temp files (see staleTempAge): GC, the monitor's
@@ -241,7 +247,7 @@ func (s *Store) List() ([]*Record, error) {
 	var errs []error
 	removeStaleTemps(s.recordDir(), entries)
 	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".tmp-") || strings.HasPrefix(e.Name(), ".probe-") {
+		if !isRecordFile(e.Name()) {
 			continue
 		}
 		r, err := readRecord(filepath.Join(s.recordDir(), e.Name()))
@@ -271,7 +277,7 @@ func (s *Store) RemoveUnreadableBefore(t time.Time) ([]string, error) {
 	var removed []string
 	var errs []error
 	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") {
+		if !isRecordFile(e.Name()) {
 			continue
 		}
 		path := filepath.Join(s.recordDir(), e.Name())

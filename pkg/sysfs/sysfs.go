@@ -229,7 +229,7 @@ func (r Reader) GUIDHolders(guids ...GUID) (map[GUID][]string, error) {
 
 func (r Reader) guidHolders(want func(GUID) bool) (map[GUID][]string, error) {
 	classDir := filepath.Join(r.Root, "class", "infiniband")
-	dir, err := openRetry(classDir, unix.O_DIRECTORY)
+	dir, err := openRetry(unix.AT_FDCWD, classDir, unix.O_DIRECTORY)
 	if err == unix.ENOENT {
 		return map[GUID][]string{}, nil
 	}
@@ -266,7 +266,7 @@ func (r Reader) guidHolders(want func(GUID) bool) (map[GUID][]string, error) {
 // listDir lists a directory's entry names, sorted, with plain system
 // calls. A missing directory is an fs.ErrNotExist PathError.
 func listDir(path string) ([]string, error) {
-	dir, err := openRetry(path, unix.O_DIRECTORY)
+	dir, err := openRetry(unix.AT_FDCWD, path, unix.O_DIRECTORY)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
@@ -299,21 +299,18 @@ func readDirNames(dir int) ([]string, error) {
 	}
 }
 
-// readAt reads a short attribute relative to an open directory into buf,
-// in one read: sysfs returns an attribute whole, and a regular file as
-// short as buf is read whole too. Returns the text without surrounding
-// space.
-func readAt(dir int, rel string, buf []byte) (string, error) {
-	var fd int
-	var err error
-	for {
-		fd, err = unix.Openat(dir, rel, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != unix.EINTR {
-			break
-		}
-	}
+// readAt reads a short attribute (dir-relative, or a path with dir
+// unix.AT_FDCWD) into buf in one read, with plain system calls: sysfs
+// returns an attribute whole, and a regular file as short as buf is read
+// whole too. os.ReadFile would first register the file with the runtime's
+// poller (four fcntl and an epoll_ctl, all failing or undone for a regular
+// file), which costs more than the read itself when ADD reads every RDMA
+// device's GUID. Returns the text without surrounding space.
+// Equivalent to: cat $path
+func readAt(dir int, path string, buf []byte) (string, error) {
+	fd, err := openRetry(dir, path, 0)
 	if err != nil {
-		return "", err
+		return "", &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
 	for {
@@ -322,9 +319,26 @@ func readAt(dir int, rel string, buf []byte) (string, error) {
 			continue
 		}
 		if err != nil {
-			return "", err
+			return "", &fs.PathError{Op: "read", Path: path, Err: err}
 		}
 		return strings.TrimSpace(string(buf[:n])), nil
+	}
+}
+
+// Async starts read on another goroutine and returns a wait for its
+// result, which may be called any number of times. Sysfs reads that do not
+// depend on a netns hop can then run on a second CPU while the hop does.
+func Async[T any](read func() (T, error)) func() (T, error) {
+	done := make(chan struct{})
+	var v T
+	var err error
+	go func() {
+		defer close(done)
+		v, err = read()
+	}()
+	return func() (T, error) {
+		<-done
+		return v, err
 	}
 }
 
@@ -341,38 +355,15 @@ func (r Reader) Readable() error {
 // ReadAttr reads one sysfs attribute, without its trailing newline.
 func ReadAttr(path string) (string, error) { return readTrim(path) }
 
-// readTrim reads a small attribute file with plain system calls. os.ReadFile
-// would first register the file with the runtime's poller (four fcntl and an
-// epoll_ctl, all failing or undone for a regular file), which costs more than
-// the read itself when ADD reads every RDMA device's GUID. Equivalent to:
-// cat $path
+// readTrim reads one attribute by path; see readAt.
 func readTrim(path string) (string, error) {
-	fd, err := openRetry(path, 0)
-	if err != nil {
-		return "", &fs.PathError{Op: "open", Path: path, Err: err}
-	}
-	defer unix.Close(fd)
 	var buf [4096]byte // a sysfs attribute is at most a page
-	n := 0
-	for n < len(buf) {
-		m, err := unix.Read(fd, buf[n:])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return "", &fs.PathError{Op: "read", Path: path, Err: err}
-		}
-		if m == 0 {
-			break
-		}
-		n += m
-	}
-	return strings.TrimSpace(string(buf[:n])), nil
+	return readAt(unix.AT_FDCWD, path, buf[:])
 }
 
-func openRetry(path string, flags int) (int, error) {
+func openRetry(dir int, path string, flags int) (int, error) {
 	for {
-		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|flags, 0)
+		fd, err := unix.Openat(dir, path, unix.O_RDONLY|unix.O_CLOEXEC|flags, 0)
 		if err != unix.EINTR {
 			return fd, err
 		}

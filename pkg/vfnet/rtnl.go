@@ -73,13 +73,14 @@ func appendAttr(b []byte, typ uint16, data []byte) []byte {
 
 func cString(s string) []byte { return append([]byte(s), 0) }
 
-// nameAttr is the attribute that looks a link up by name: IFLA_IFNAME, or
-// IFLA_ALT_IFNAME for names too long to be an ifname (only altnames are).
-func nameAttr(name string) (uint16, []byte) {
+// nameAttr is the attribute type that looks a link up by name:
+// IFLA_IFNAME, or IFLA_ALT_IFNAME for names too long to be an ifname (only
+// altnames are).
+func nameAttr(name string) uint16 {
 	if len(name) < unix.IFNAMSIZ {
-		return unix.IFLA_IFNAME, cString(name)
+		return unix.IFLA_IFNAME
 	}
-	return unix.IFLA_ALT_IFNAME, cString(name)
+	return unix.IFLA_ALT_IFNAME
 }
 
 // do sends one request and returns the payloads of the replies of type
@@ -228,8 +229,7 @@ func (c *rtnl) linkList() ([]netlink.Link, error) {
 func (c *rtnl) linkGet(index int, name string) (netlink.Link, error) {
 	body := ifinfomsg{family: unix.AF_UNSPEC, index: int32(index)}.append(nil)
 	if index == 0 {
-		typ, data := nameAttr(name)
-		body = appendAttr(body, typ, data)
+		body = appendAttr(body, nameAttr(name), cString(name))
 	}
 	payloads, err := c.do(unix.RTM_GETLINK, 0, body, unix.RTM_NEWLINK)
 	if err != nil {

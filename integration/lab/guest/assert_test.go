@@ -133,6 +133,23 @@ func records(stateDir string) ([]string, error) {
 	return out, err
 }
 
+// addCheckDel ADDs every attachment in turn, checks one record each, CHECKs
+// each, DELs each and checks no record is left.
+func addCheckDel(t *testing.T, e *env, as []*attachment) {
+	t.Helper()
+	for _, a := range as {
+		mustAdd(t, a)
+	}
+	wantRecords(t, e, len(as))
+	for _, a := range as {
+		mustCheck(t, a)
+	}
+	for _, a := range as {
+		mustDel(t, a)
+	}
+	wantRecords(t, e, 0)
+}
+
 func wantRecords(t testing.TB, e *env, n int) {
 	t.Helper()
 	recs, err := records(e.stateDir)

@@ -16,15 +16,5 @@ func TestLab01SevenPodsByPCI(t *testing.T) {
 	for i, v := range theLab.PFs[0].VFs {
 		as = append(as, e.attach(newPod(t, fmt.Sprintf("pod%d", i)), v, opts{}))
 	}
-	for _, a := range as {
-		mustAdd(t, a)
-	}
-	wantRecords(t, e, len(as))
-	for _, a := range as {
-		mustCheck(t, a)
-	}
-	for _, a := range as {
-		mustDel(t, a)
-	}
-	wantRecords(t, e, 0)
+	addCheckDel(t, e, as)
 }

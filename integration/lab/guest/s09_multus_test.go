@@ -24,17 +24,7 @@ func TestLab09MultusThinPlugin(t *testing.T) {
 		t.Cleanup(a.delIfStillInPod)
 		as = append(as, a)
 	}
-	for _, a := range as {
-		mustAdd(t, a)
-	}
-	wantRecords(t, e, len(as))
-	for _, a := range as {
-		mustCheck(t, a)
-	}
-	for _, a := range as {
-		mustDel(t, a)
-	}
-	wantRecords(t, e, 0)
+	addCheckDel(t, e, as)
 }
 
 // multusConf is the thin plugin's configuration with the SR-IOV network

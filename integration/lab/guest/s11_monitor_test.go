@@ -10,12 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/integration/promtext"
 )
 
 const (
@@ -47,36 +47,36 @@ func TestLab11DriftMonitorPortDown(t *testing.T) {
 	}
 
 	ag := startAgent(t, e)
-	portDown := series("sriov_stable_attachment_drift", "network", networkName, "reason", "port-down")
-	ok := series("sriov_stable_attachments", "network", networkName, "status", "ok")
-	drifted := series("sriov_stable_attachments", "network", networkName, "status", "drifted")
-	events := series("sriov_stable_drift_events_total", "network", networkName, "reason", "port-down")
+	portDown := promtext.Series("sriov_stable_attachment_drift", "network", networkName, "reason", "port-down")
+	ok := promtext.Series("sriov_stable_attachments", "network", networkName, "status", "ok")
+	drifted := promtext.Series("sriov_stable_attachments", "network", networkName, "status", "drifted")
+	events := promtext.Series("sriov_stable_drift_events_total", "network", networkName, "reason", "port-down")
 	ag.waitFor(t, "the attachment counted ok, no port-down drift", 30*time.Second, func(m metrics) bool {
-		return m.is(ok, 1) && m.is(portDown, 0)
+		return m.Is(ok, 1) && m.Is(portDown, 0)
 	})
 	m := ag.scrape(t)
-	for _, s := range []string{"sriov_stable_doctor_up", series("sriov_stable_doctor_findings", "severity", "error")} {
+	for _, s := range []string{"sriov_stable_doctor_up", promtext.Series("sriov_stable_doctor_findings", "severity", "error")} {
 		if _, found := m[s]; !found {
 			t.Fatalf("/metrics lacks %s", s)
 		}
 	}
-	if !m.is("sriov_stable_doctor_up", 1) || !m.is(series("sriov_stable_doctor_findings", "severity", "error"), 0) {
+	if !m.Is("sriov_stable_doctor_up", 1) || !m.Is(promtext.Series("sriov_stable_doctor_findings", "severity", "error"), 0) {
 		t.Fatalf("the agent's doctor on the guest's sysfs: doctor_up %v, error findings %v, want 1 and 0",
-			m["sriov_stable_doctor_up"], m[series("sriov_stable_doctor_findings", "severity", "error")])
+			m["sriov_stable_doctor_up"], m[promtext.Series("sriov_stable_doctor_findings", "severity", "error")])
 	}
 
 	setPF(t, pf, false)
 	took := ag.waitFor(t, "port-down drift after the PF went down", portDownWithin, func(m metrics) bool {
-		return m.is(portDown, 1) && m.is(drifted, 1)
+		return m.Is(portDown, 1) && m.Is(drifted, 1)
 	})
 	t.Logf("PF %s down → %s = 1 after %s", pf.Link, portDown, took.Round(time.Millisecond))
 
 	setPF(t, pf, true)
 	took = ag.waitFor(t, "recovery after the PF came up", recoverWithin, func(m metrics) bool {
-		return m.is(portDown, 0) && m.is(ok, 1)
+		return m.Is(portDown, 0) && m.Is(ok, 1)
 	})
 	t.Logf("PF %s up → %s = 0 after %s", pf.Link, portDown, took.Round(time.Millisecond))
-	if m := ag.scrape(t); !m.is(events, 1) {
+	if m := ag.scrape(t); !m.Is(events, 1) {
 		t.Fatalf("%s = %v, want 1 (one drift detected)", events, m[events])
 	}
 	log := ag.log(t)
@@ -183,7 +183,7 @@ func (a *agent) scrape(t testing.TB) metrics {
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("GET /metrics: %d %v %s", code, err, body)
 	}
-	return parseMetrics(body)
+	return promtext.Parse(body)
 }
 
 // waitFor polls /metrics until cond holds and returns how long that took.
@@ -196,7 +196,7 @@ func (a *agent) waitFor(t testing.TB, what string, timeout time.Duration, cond f
 		if err != nil || code != http.StatusOK {
 			return fmt.Errorf("GET /metrics: %d %v", code, err)
 		}
-		last = parseMetrics(body)
+		last = promtext.Parse(body)
 		if !cond(last) {
 			return fmt.Errorf("not yet")
 		}
@@ -204,59 +204,12 @@ func (a *agent) waitFor(t testing.TB, what string, timeout time.Duration, cond f
 	})
 	if err != nil {
 		t.Fatalf("waiting %s for %s: %v; last sriov_stable_* series:\n%s\nagent log:\n%s",
-			timeout, what, err, last.ours(), a.log(t))
+			timeout, what, err, last.Dump("sriov_stable_"), a.log(t))
 	}
 	return time.Since(start)
 }
 
-// metrics maps series (name{label="value",…}, labels sorted by name as the
-// text format prints them) to values.
-type metrics map[string]float64
-
-func parseMetrics(text string) metrics {
-	m := metrics{}
-	for _, line := range strings.Split(text, "\n") {
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-			m[line[:i]] = v
-		}
-	}
-	return m
-}
-
-// is tells whether a series is present with value v.
-func (m metrics) is(s string, v float64) bool {
-	got, ok := m[s]
-	return ok && got == v
-}
-
-// ours lists the sriov_stable_* series, sorted, for failure messages.
-func (m metrics) ours() string {
-	var out []string
-	for s, v := range m {
-		if strings.HasPrefix(s, "sriov_stable_") {
-			out = append(out, fmt.Sprintf("  %s %v", s, v))
-		}
-	}
-	sort.Strings(out)
-	return strings.Join(out, "\n")
-}
-
-// series formats name{k="v",…} with the labels sorted by name.
-func series(name string, kv ...string) string {
-	var pairs []string
-	for i := 0; i+1 < len(kv); i += 2 {
-		pairs = append(pairs, fmt.Sprintf("%s=%q", kv[i], kv[i+1]))
-	}
-	sort.Strings(pairs)
-	if len(pairs) == 0 {
-		return name
-	}
-	return name + "{" + strings.Join(pairs, ",") + "}"
-}
+type metrics = promtext.Metrics
 
 // countLines counts the lines of text that contain every one of parts.
 func countLines(text string, parts ...string) int {
