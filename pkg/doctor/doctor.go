@@ -18,20 +18,20 @@ import (
 
 // Severity grades a finding. Errors break attachments (the doctor exits
 // non-zero); warnings are risks or degraded setups; info says what could
-// not be checked.
-type Severity string
+// not be checked. It is hostconfig's, whose findings the doctor merges.
+type Severity = hostconfig.Severity
 
 // Severities, most severe first.
 const (
-	SeverityError   Severity = "error"
-	SeverityWarning Severity = "warning"
-	SeverityInfo    Severity = "info"
+	SeverityError   = hostconfig.SeverityError
+	SeverityWarning = hostconfig.SeverityWarning
+	SeverityInfo    = hostconfig.SeverityInfo
 )
 
 // Severities lists every severity, most severe first.
 var Severities = []Severity{SeverityError, SeverityWarning, SeverityInfo}
 
-func (s Severity) rank() int {
+func rank(s Severity) int {
 	switch s {
 	case SeverityError:
 		return 0
@@ -206,8 +206,8 @@ func validateOptions(opts Options) error {
 func sortFindings(fs []Finding) {
 	sort.SliceStable(fs, func(i, j int) bool {
 		a, b := fs[i], fs[j]
-		if a.Severity.rank() != b.Severity.rank() {
-			return a.Severity.rank() < b.Severity.rank()
+		if rank(a.Severity) != rank(b.Severity) {
+			return rank(a.Severity) < rank(b.Severity)
 		}
 		if a.Check != b.Check {
 			return a.Check < b.Check

@@ -46,7 +46,7 @@ func (r *run) checkSpec() {
 		case f.Severity == hostconfig.SeverityInfo:
 			notChecked = append(notChecked, f) // one line for all, below
 		default:
-			r.add(Severity(f.Severity), f.Check, subject, f.Remedy, "%s", f.Message)
+			r.add(f.Severity, f.Check, subject, f.Remedy, "%s", f.Message)
 		}
 	}
 	if len(notChecked) > 0 {

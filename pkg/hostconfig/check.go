@@ -11,7 +11,8 @@ import (
 )
 
 // Severity grades a finding: errors break attachments, warnings are risks,
-// info says what could not be checked. The values match the doctor's.
+// info says what could not be checked. The doctor reports findings with
+// this type too.
 type Severity string
 
 // Severities.
