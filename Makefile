@@ -82,7 +82,7 @@ soak: build tools
 ## fuzz: each fuzz target for FUZZTIME, one at a time with one worker (plain `go test` runs their seed corpus).
 FUZZTIME     ?= 5m
 FUZZ_TARGETS := pkg/config:FuzzParse pkg/config:FuzzRenderAltName pkg/plugin:FuzzCorrectResult \
-                pkg/sysfs:FuzzSysfsValues pkg/sysfs:FuzzReadVF
+                pkg/sysfs:FuzzSysfsValues pkg/sysfs:FuzzReadVF pkg/sysfs:FuzzGUIDIndexUnmarshal
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t##*:}; echo "fuzz: $$fn in ./$$pkg for $(FUZZTIME)"; \

@@ -42,6 +42,7 @@ type node struct {
 	vfs      []sysfstest.DGXVF
 	used     int
 	stateDir string // ours; on disk, as /var/lib/cni is
+	scanDir  string // ours, for the variant that finds no saved GUID index
 	logFile  string // ours
 	cacheDir string // libcni's results cache; on disk, as /var/lib/cni/results is
 	runDir   string // tuning's dataDir; a tmpfs, as its default /run/cni/tuning is
@@ -56,7 +57,7 @@ func newNode(tb *harness.ProgramTB, o options) *node {
 	tb.Cleanup(func() { _ = os.RemoveAll(disk) })
 	n := &node{
 		tb: tb, o: o, exec: &timedExec{},
-		stateDir: filepath.Join(disk, "state"), logFile: filepath.Join(disk, "sriov-stable-cni.log"),
+		stateDir: filepath.Join(disk, "state"), scanDir: filepath.Join(disk, "state-scan"), logFile: filepath.Join(disk, "sriov-stable-cni.log"),
 		cacheDir: filepath.Join(disk, "results"), runDir: mountTmpfs(tb, "run"),
 	}
 	// sysfs lives in memory; so does the fixture standing in for it.
@@ -97,15 +98,20 @@ func (t tmpfsTB) TempDir() string {
 }
 
 // addNeighbors records live attachments of the last o.neighbors VFs (in
-// netns paths of their own) in our state dir, so ADD's look at the other
+// netns paths of their own) in our state dirs, so ADD's look at the other
 // records costs what it costs on a node whose other VFs are in use.
 func (n *node) addNeighbors() {
 	if n.o.neighbors > len(n.vfs)/2 {
 		n.tb.Fatalf("-neighbors %d: the fixture has %d VFs and the bench needs the rest", n.o.neighbors, len(n.vfs))
 	}
-	store := state.NewStore(n.stateDir)
 	others := n.vfs[len(n.vfs)-n.o.neighbors:]
 	n.vfs = n.vfs[:len(n.vfs)-n.o.neighbors]
+	for _, dir := range []string{n.stateDir, n.scanDir} {
+		n.saveNeighbors(state.NewStore(dir), others)
+	}
+}
+
+func (n *node) saveNeighbors(store *state.Store, others []sysfstest.DGXVF) {
 	for i, vf := range others {
 		id := fmt.Sprintf("%064x", i+1)
 		err := store.Save(&state.Record{
@@ -172,6 +178,21 @@ func (n *node) oursConf(s *slot) map[string]any {
 	return multus(s, map[string]any{"type": ours, "sysfsRoot": n.sys.Root, "stateDir": n.stateDir, "logFile": n.logFile})
 }
 
+// oursScanConf is oursConf with a state dir whose GUID index the bench
+// removes before every ADD, so each ADD scans every RDMA device's GUID, as
+// the first ADD after an RDMA device changed does.
+func (n *node) oursScanConf(s *slot) map[string]any {
+	m := n.oursConf(s)
+	m["stateDir"] = n.scanDir
+	return m
+}
+
+func (n *node) removeGUIDIndex() {
+	if err := os.Remove(filepath.Join(n.scanDir, "guid-index")); err != nil && !os.IsNotExist(err) {
+		n.tb.Fatalf("remove the GUID index: %v", err)
+	}
+}
+
 func (n *node) chain(name string, plugins ...map[string]any) *harness.Chain {
 	c := harness.NewChainWithCache(n.tb, n.o.binDir, n.cacheDir, harness.ConfList(n.o.cniVersion, name, plugins...))
 	c.CNI = libcni.NewCNIConfigWithCacheDir([]string{n.o.binDir}, n.cacheDir, n.exec)
@@ -208,6 +229,8 @@ type variant struct {
 	execs  map[string][]execSample    // per verb, the second plugin's process per measured round
 	hd     map[string][]execSample    // per verb, host-device's process per measured round
 	rss    []execSample               // traced ADDs of the second plugin
+	// beforeADD, when set, runs before each of the chain's ADDs, untimed.
+	beforeADD func()
 }
 
 func containerID(rng *rand.Rand) string {
@@ -235,15 +258,17 @@ func serialRounds(tb *harness.ProgramTB, n *node, o options) *serialResult {
 	type spec struct {
 		name, second string
 		conf         func(*slot) map[string]any
+		beforeADD    func()
 	}
 	specs := []spec{
-		{"host-device", "", nil},
-		{"tuning", tuning, n.tuningConf},
-		{"floor", floor, n.floorConf},
-		{"ours", ours, n.oursConf},
+		{"host-device", "", nil, nil},
+		{"tuning", tuning, n.tuningConf, nil},
+		{"floor", floor, n.floorConf, nil},
+		{"ours", ours, n.oursConf, nil},
+		{"ours-scan", ours, n.oursScanConf, n.removeGUIDIndex},
 	}
 	if o.baseline != "" {
-		specs = append(specs, spec{"baseline", ourBaseline, n.baselineConf})
+		specs = append(specs, spec{"baseline", ourBaseline, n.baselineConf, nil})
 	}
 	for _, spec := range specs {
 		s := n.newSlot()
@@ -254,6 +279,7 @@ func serialRounds(tb *harness.ProgramTB, n *node, o options) *serialResult {
 		res.variants = append(res.variants, &variant{
 			name: spec.name, second: spec.second, slot: s, chain: n.chain("bench-"+spec.name, plugins...),
 			times: map[string][]time.Duration{}, execs: map[string][]execSample{}, hd: map[string][]execSample{},
+			beforeADD: spec.beforeADD,
 		})
 	}
 	rng := rand.New(rand.NewPCG(o.seed, 7))
@@ -265,6 +291,9 @@ func serialRounds(tb *harness.ProgramTB, n *node, o options) *serialResult {
 		for _, verb := range verbs {
 			for _, k := range rng.Perm(len(res.variants)) {
 				v := res.variants[k]
+				if verb == "ADD" && v.beforeADD != nil {
+					v.beforeADD()
+				}
 				d, execs, err := call(v.chain, verb, harness.Runtime(id, v.slot.pod, "net1", nil))
 				if err != nil {
 					tb.Fatalf("%s chain %s (round %d): %v", v.name, verb, round, err)

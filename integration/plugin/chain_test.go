@@ -3,6 +3,7 @@ package plugin_test
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
@@ -205,6 +207,70 @@ func TestVerifyFailuresLeaveNothingChanged(t *testing.T) {
 			e.wantHome(0)
 		})
 	}
+}
+
+// TestDuplicateCheckReusesTheGUIDIndexWhileCurrent: ADD saves the node's
+// GUID index and later ADDs reuse it without scanning; a re-probed device
+// (how a new GUID reaches a VF) makes the next ADD scan again and catch
+// the duplicate; a duplicate that only a stale index shows (a GUID changed
+// in place) is confirmed by a fresh scan and does not fail the pod.
+func TestDuplicateCheckReusesTheGUIDIndexWhileCurrent(t *testing.T) {
+	e := newEnv(t, vfOpts{rdma: true, numVFs: 3})
+	index := filepath.Join(e.stateDir, "guid-index")
+	indexIno := func() uint64 {
+		t.Helper()
+		var st unix.Stat_t
+		if err := unix.Stat(index, &st); err != nil {
+			t.Fatalf("GUID index: %v", err)
+		}
+		return st.Ino
+	}
+	add := func(vf int, id string) (*libcni.RuntimeConf, *harness.Chain, error) {
+		pod := harness.NewNetns(t)
+		c, r := e.chain("1.1.0", vf, nil), rt(id, pod)
+		_, err := c.Add(r)
+		return r, c, err
+	}
+	del := func(r *libcni.RuntimeConf, c *harness.Chain) {
+		t.Helper()
+		if err := c.Del(r); err != nil {
+			t.Fatalf("DEL %s: %v", r.ContainerID, err)
+		}
+	}
+
+	r2, c2, err := add(2, "c-guid-2")
+	if err != nil {
+		t.Fatalf("first ADD: %v\nlog:\n%s", err, e.logTail())
+	}
+	saved := indexIno()
+	r1, c1, err := add(1, "c-guid-1")
+	if err != nil {
+		t.Fatalf("second ADD: %v", err)
+	}
+	if indexIno() != saved {
+		t.Error("an ADD with no device changed rewrote the GUID index instead of reusing it")
+	}
+	del(r1, c1)
+
+	// VF 1 comes back from a rebind with VF 0's GUID.
+	e.sys.ReprobeRDMA(vfAddr(1), sysfstest.RDMA{Name: "mlx5_11", NodeGUID: guid(0), FWVer: "28.43.1014"})
+	r0, c0, err := add(0, "c-guid-0")
+	if harness.ErrCode(err) != 102 || !strings.Contains(err.Error(), "also held by "+vfAddr(1)) {
+		t.Fatalf("ADD after a re-probe made a duplicate: got %v, want code 102 naming %s", err, vfAddr(1))
+	}
+	if indexIno() == saved {
+		t.Error("the re-probe did not make ADD scan and save a new index")
+	}
+	del(r0, c0)
+
+	// VF 1's GUID changes back in place: the index still says guid(0).
+	e.sys.WriteFile(filepath.Join(e.sys.RDMAPath(vfAddr(1), "mlx5_11"), "node_guid"), guid(1))
+	r0, c0, err = add(0, "c-guid-0b")
+	if err != nil {
+		t.Fatalf("ADD failed on a duplicate only the stale index held: %v\nlog:\n%s", err, e.logTail())
+	}
+	del(r0, c0)
+	del(r2, c2)
 }
 
 func TestPortPolicyWarnAndIgnoreProceed(t *testing.T) {

@@ -95,7 +95,7 @@ func TestCrashDuringAdd(t *testing.T) {
 		"  ADD completed before the kill %d, killed %d:\n"+
 		"    VF untouched %d, VF left down mid-rename %d, VF renamed without record %d, record written %d\n"+
 		"  DEL killed too %d; DEL retried and completed %d; failed DELs 0\n"+
-		"  half-written records 0, VF under a third name 0; temp files left by killed writes %d, swept by a later ADD",
+		"  half-written records 0, VF under a third name 0; temp files left by killed writes %d, swept by the next GC once old",
 		runs, st.addCompleted, st.addKilled, st.killedUntouched, st.killedDown, st.killedRenamed, st.killedRecorded,
 		st.delKilled, st.delRetried, leftByKills)
 }

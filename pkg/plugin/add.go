@@ -3,6 +3,7 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"strings"
 	"time"
@@ -34,7 +35,8 @@ type attachment struct {
 	foundAs string
 	added   bool // we added the altname
 	lock    *state.VFLock
-	holders func() (map[sysfs.GUID][]string, error) // the duplicate-GUID scan, running since readHostFacts
+	guids   func() (*sysfs.GUIDIndex, error) // the node's GUIDs for the duplicate check (see startGUIDScan)
+	saved   bool                             // guids is the saved index, not a fresh scan
 	link    netlink.Link
 	obs     *drift.Observation
 	undo    []func()
@@ -303,7 +305,7 @@ func (p *Plugin) verifyGUID(a *attachment) error {
 	if p.conf.GUIDPolicy == config.PolicyIgnore || len(a.vf.RDMA) == 0 {
 		return nil
 	}
-	problem := guidProblem(a)
+	problem := p.guidProblem(a)
 	if problem == "" {
 		return nil
 	}
@@ -314,42 +316,103 @@ func (p *Plugin) verifyGUID(a *attachment) error {
 	return cniErr(ErrBadGUID, "VF %s in netns %s: %s", a.pci, a.args.Netns, problem)
 }
 
-// startGUIDScan starts reading every RDMA device's node GUID for the
-// duplicate check, so that the scan (some 70 sysfs reads on a DGX node, the
-// largest part of ADD's own work) runs on a second CPU while ADD enters the
-// pod netns and locates the VF, instead of after it. It only reads host
-// sysfs; verifyGUID waits for it.
+// startGUIDScan gets the node's GUID index for the duplicate check. The
+// index saved in the state directory is reused while class/infiniband
+// lists the same devices as when it was read and it agrees with the VF's
+// own GUIDs just read (see sysfs.GUIDIndex). Otherwise the scan, some 70
+// sysfs reads on a DGX node and most of what ADD would cost, runs on a
+// second CPU while ADD enters the pod netns, and is saved for the next ADD.
+// It only reads host sysfs; verifyGUID waits for it.
 func (p *Plugin) startGUIDScan(a *attachment) {
 	if p.conf.GUIDPolicy == config.PolicyIgnore || len(a.vf.RDMA) == 0 {
 		return
 	}
-	guids := make([]sysfs.GUID, len(a.vf.RDMA))
-	for i, d := range a.vf.RDMA {
-		guids[i] = d.NodeGUID
+	if idx := p.savedGUIDIndex(a); idx != nil {
+		a.guids, a.saved = func() (*sysfs.GUIDIndex, error) { return idx, nil }, true
+		return
 	}
-	a.holders = sysfs.Async(func() (map[sysfs.GUID][]string, error) { return p.sys.GUIDHolders(guids...) })
+	a.guids = sysfs.Async(p.scanGUIDs)
+}
+
+// savedGUIDIndex is the saved GUID index if it is current, else nil.
+func (p *Plugin) savedGUIDIndex(a *attachment) *sysfs.GUIDIndex {
+	data, err := p.store.LoadGUIDIndex()
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			p.log.Warn("cannot read the saved GUID index; scanning", "err", err)
+		}
+		return nil
+	}
+	idx := new(sysfs.GUIDIndex)
+	if err := idx.UnmarshalText(data); err != nil {
+		p.log.Warn("ignoring the saved GUID index; scanning", "err", err)
+		return nil
+	}
+	listing, err := p.sys.RDMAListing()
+	if err != nil || !idx.Current(p.sys.Root, listing) {
+		return nil
+	}
+	for _, d := range a.vf.RDMA {
+		if g, ok := idx.GUIDs[d.Name]; !ok || g != d.NodeGUID {
+			return nil
+		}
+	}
+	return idx
+}
+
+// scanGUIDs reads every RDMA device's GUID and saves the index. A failed
+// save only costs the next ADD a scan.
+func (p *Plugin) scanGUIDs() (*sysfs.GUIDIndex, error) {
+	idx, err := p.sys.ScanGUIDs()
+	if err != nil {
+		return nil, err
+	}
+	data, err := idx.MarshalText()
+	if err == nil {
+		err = p.store.SaveGUIDIndex(data)
+	}
+	if err != nil {
+		p.log.Warn("cannot save the GUID index; the next ADD scans again", "err", err)
+	}
+	return idx, nil
 }
 
 // guidProblem explains what is wrong with the VF's node GUIDs, or "".
-func guidProblem(a *attachment) string {
+func (p *Plugin) guidProblem(a *attachment) string {
 	for _, d := range a.vf.RDMA {
 		if !d.NodeGUID.Valid() {
 			return fmt.Sprintf("%s node GUID is %s, expected an assigned GUID (assign it through PF %s, VF index %d, "+
 				"before kubelet starts: sriov-stable-agent hostconfig generates a boot unit that does it)", d.Name, d.NodeGUID, a.vf.PF, a.vf.Index)
 		}
 	}
-	all, err := a.holders()
+	idx, err := a.guids()
+	if err == nil && a.saved {
+		if _, other := duplicate(idx, a); other != "" {
+			// Fail a pod start on what the node holds now, not on what
+			// it held when the index was saved.
+			idx, err = p.scanGUIDs()
+		}
+	}
 	if err != nil {
 		return fmt.Sprintf("cannot list the node's GUIDs for the duplicate check: %v", err)
 	}
+	if d, other := duplicate(idx, a); other != "" {
+		return fmt.Sprintf("%s node GUID %s is also held by %s (duplicate GUIDs break the fabric)", d.Name, d.NodeGUID, p.sys.DevicePCI(other))
+	}
+	return ""
+}
+
+// duplicate finds an RDMA device of the VF whose node GUID another device
+// of the node holds too, and names that other device; "" when none does.
+func duplicate(idx *sysfs.GUIDIndex, a *attachment) (sysfs.RDMADevice, string) {
 	for _, d := range a.vf.RDMA {
-		for _, other := range all[d.NodeGUID] {
-			if other != a.pci {
-				return fmt.Sprintf("%s node GUID %s is also held by %s (duplicate GUIDs break the fabric)", d.Name, d.NodeGUID, other)
+		for _, name := range idx.Holders(d.NodeGUID) {
+			if !slices.ContainsFunc(a.vf.RDMA, func(own sysfs.RDMADevice) bool { return own.Name == name }) {
+				return d, name
 			}
 		}
 	}
-	return ""
+	return sysfs.RDMADevice{}, ""
 }
 
 func (p *Plugin) verifyMTU(a *attachment) error {

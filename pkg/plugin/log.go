@@ -15,7 +15,8 @@ import (
 // with runtime.Callers on every call, and in a plugin process that lives a
 // few milliseconds that stack walk, through cold pages of the binary's
 // tables, costs more than formatting the line; the text handler never
-// prints it anyway.
+// prints it anyway. Times are UTC, as in the attachment records: the node's
+// local zone would be read from /etc/localtime on every plugin run.
 type logger struct {
 	h slog.Handler
 }
@@ -27,7 +28,7 @@ func (l logger) log(level slog.Level, msg string, args []any) {
 	if !l.h.Enabled(ctx, level) {
 		return
 	}
-	r := slog.NewRecord(time.Now(), level, msg, 0)
+	r := slog.NewRecord(time.Now().UTC(), level, msg, 0)
 	r.Add(args...)
 	_ = l.h.Handle(ctx, r)
 }

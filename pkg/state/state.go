@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -118,7 +119,7 @@ func (s *Store) Path(k Key) string { return filepath.Join(s.recordDir(), fileNam
 // a record. fsync of file and directory cost a quarter of ADD's own time.
 func (s *Store) Save(r *Record) error {
 	r.Version = RecordVersion
-	data, err := json.Marshal(r)
+	data, err := r.MarshalJSON()
 	if err != nil {
 		return fmt.Errorf("encode record %s: %w", r.Key(), err)
 	}
@@ -170,14 +171,30 @@ func writeAtomic(path string, data []byte) (err error) {
 	return nil
 }
 
-// readFile is os.ReadFile without the poller (see openFile).
+// readFile is os.ReadFile without the poller (see openFile) and without
+// its fstat: records and the GUID index are a few KiB, so one buffer of
+// that size takes a file in one read (io.ReadAll would start at 512 bytes
+// and read the GUID index in five).
 func readFile(path string) ([]byte, error) {
 	f, err := openFile(path, unix.O_RDONLY, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return io.ReadAll(f)
+	buf := make([]byte, 0, 8<<10)
+	for {
+		n, err := f.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, len(buf))
+		}
+	}
 }
 
 // createTemp creates a new file .tmp-<random> in dir, mode 0600, as
@@ -469,4 +486,28 @@ func (s *Store) Writable() error {
 	}
 	f.Close()
 	return os.Remove(f.Name())
+}
+
+// guidIndexFile holds the node's RDMA GUID index (sysfs.GUIDIndex), a
+// cache of host facts kept beside the records.
+const guidIndexFile = "guid-index"
+
+// LoadGUIDIndex reads the saved GUID index; an error wrapping
+// fs.ErrNotExist when there is none.
+func (s *Store) LoadGUIDIndex() ([]byte, error) {
+	return readFile(filepath.Join(s.dir, guidIndexFile))
+}
+
+// SaveGUIDIndex replaces the saved GUID index atomically, as Save does a
+// record: concurrent ADDs may each write one, and a reader sees one whole.
+// It runs only when the node's RDMA devices changed, so it also sweeps the
+// temp files a killed writer left beside the index.
+func (s *Store) SaveGUIDIndex(data []byte) error {
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return fmt.Errorf("create state directory: %w", err)
+	}
+	if entries, err := os.ReadDir(s.dir); err == nil {
+		removeStaleTemps(s.dir, entries)
+	}
+	return writeAtomic(filepath.Join(s.dir, guidIndexFile), data)
 }

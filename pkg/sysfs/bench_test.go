@@ -7,13 +7,23 @@ import (
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
 
-func BenchmarkGUIDHolders(b *testing.B) {
+func BenchmarkScanGUIDs(b *testing.B) {
 	n := sysfstest.NewDGXH200(b)
 	r := sysfs.Reader{Root: n.Root}
-	vf := n.PFs[0].VFs[0]
-	g, _ := sysfs.ParseGUID(vf.NodeGUID)
 	for b.Loop() {
-		if _, err := r.GUIDHolders(g); err != nil {
+		if _, err := r.ScanGUIDs(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRDMAListing is what ADD pays to reuse a saved GUID index
+// instead of scanning (plus reading the index file).
+func BenchmarkRDMAListing(b *testing.B) {
+	n := sysfstest.NewDGXH200(b)
+	r := sysfs.Reader{Root: n.Root}
+	for b.Loop() {
+		if _, err := r.RDMAListing(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -25,6 +35,24 @@ func BenchmarkReadVF(b *testing.B) {
 	vf := n.PFs[0].VFs[0]
 	for b.Loop() {
 		if _, err := r.ReadVF(vf.PCI); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkGUIDIndexUnmarshal(b *testing.B) {
+	n := sysfstest.NewDGXH200(b)
+	idx, err := sysfs.Reader{Root: n.Root}.ScanGUIDs()
+	if err != nil {
+		b.Fatal(err)
+	}
+	data, err := idx.MarshalText()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		var back sysfs.GUIDIndex
+		if err := back.UnmarshalText(data); err != nil {
 			b.Fatal(err)
 		}
 	}

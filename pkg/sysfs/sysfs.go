@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -216,49 +215,15 @@ func readPort(dir string) (Port, error) {
 // NodeGUIDs maps the node GUID of every RDMA device on the node (from
 // class/infiniband) to the PCI functions that carry it.
 func (r Reader) NodeGUIDs() (map[GUID][]string, error) {
-	return r.guidHolders(func(GUID) bool { return true })
-}
-
-// GUIDHolders is NodeGUIDs restricted to the given GUIDs. It still reads
-// every device's node_guid, but resolves a device's PCI address only when
-// its GUID is asked about: ADD's duplicate check runs on every pod start
-// and a DGX node has some 70 RDMA devices.
-func (r Reader) GUIDHolders(guids ...GUID) (map[GUID][]string, error) {
-	return r.guidHolders(func(g GUID) bool { return slices.Contains(guids, g) })
-}
-
-func (r Reader) guidHolders(want func(GUID) bool) (map[GUID][]string, error) {
-	classDir := filepath.Join(r.Root, "class", "infiniband")
-	dir, err := openRetry(unix.AT_FDCWD, classDir, unix.O_DIRECTORY)
-	if err == unix.ENOENT {
-		return map[GUID][]string{}, nil
-	}
+	idx, err := r.ScanGUIDs()
 	if err != nil {
-		return nil, fmt.Errorf("list RDMA devices: %w", &fs.PathError{Op: "open", Path: classDir, Err: err})
+		return nil, err
 	}
-	defer unix.Close(dir)
-	names, err := readDirNames(dir)
-	if err != nil {
-		return nil, fmt.Errorf("list RDMA devices: %w", &fs.PathError{Op: "readdirent", Path: classDir, Err: err})
-	}
-	out := make(map[GUID][]string, len(names))
-	var buf [64]byte
-	for _, name := range names {
-		// Relative to the open class directory: the kernel walks only
-		// the device's own symlink, not the root's path, per device.
-		raw, err := readAt(dir, name+"/node_guid", buf[:])
-		if err != nil {
-			continue // a device going away while we list is not ours to judge
+	out := make(map[GUID][]string, len(idx.GUIDs))
+	for _, e := range idx.Entries {
+		if g, ok := idx.GUIDs[e.Name]; ok {
+			out[g] = append(out[g], r.DevicePCI(e.Name))
 		}
-		g, err := ParseGUID(raw)
-		if err != nil || !want(g) {
-			continue
-		}
-		pci, err := r.linkBase(filepath.Join(classDir, name, "device"))
-		if err != nil {
-			pci = name
-		}
-		out[g] = append(out[g], pci)
 	}
 	return out, nil
 }
@@ -278,25 +243,19 @@ func listDir(path string) ([]string, error) {
 	return names, nil
 }
 
-// readDirNames lists an open directory's entries, "." and ".." left out,
-// with getdents directly: os.ReadDir would wrap the fd in an *os.File.
+// readDirNames lists an open directory's entry names, "." and ".." left
+// out, sorted (as os.ReadDir, so callers report in a stable order), with
+// getdents directly: os.ReadDir would wrap the fd in an *os.File.
 func readDirNames(dir int) ([]string, error) {
-	var names []string
-	buf := make([]byte, 8192)
-	for {
-		n, err := unix.Getdents(dir, buf)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if n <= 0 {
-			slices.Sort(names) // as os.ReadDir: callers report in a stable order
-			return names, nil
-		}
-		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+	entries, err := readDirEntries(dir)
+	if err != nil {
+		return nil, err
 	}
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name
+	}
+	return names, nil
 }
 
 // readAt reads a short attribute (dir-relative, or a path with dir

@@ -213,11 +213,27 @@ func deserialize(payloads [][]byte) ([]netlink.Link, error) {
 	return links, nil
 }
 
+// rtextFilterSkipStats is RTEXT_FILTER_SKIP_STATS (linux/rtnetlink.h,
+// kernel 4.18): asked in IFLA_EXT_MASK, the kernel leaves out the link's
+// counters and the per-CPU inet6 and ICMPv6 statistics it would otherwise
+// sum up for every link of a dump. Nothing here reads them; older kernels
+// ignore the bit.
+const rtextFilterSkipStats = 1 << 3
+
+// appendSkipStats asks a link request to leave statistics out.
+func appendSkipStats(b []byte) []byte {
+	return appendAttr(b, unix.IFLA_EXT_MASK, binary.NativeEndian.AppendUint32(nil, rtextFilterSkipStats))
+}
+
+// linkDumpRequest is the body of linkList's request.
+func linkDumpRequest() []byte {
+	return appendSkipStats(ifinfomsg{family: unix.AF_UNSPEC}.append(nil))
+}
+
 // linkList lists every link of the socket's netns.
 // Equivalent to: ip -d link show
 func (c *rtnl) linkList() ([]netlink.Link, error) {
-	body := ifinfomsg{family: unix.AF_UNSPEC}.append(nil)
-	payloads, err := c.do(unix.RTM_GETLINK, unix.NLM_F_DUMP, body, unix.RTM_NEWLINK)
+	payloads, err := c.do(unix.RTM_GETLINK, unix.NLM_F_DUMP, linkDumpRequest(), unix.RTM_NEWLINK)
 	if err != nil {
 		return nil, err
 	}
@@ -231,6 +247,7 @@ func (c *rtnl) linkGet(index int, name string) (netlink.Link, error) {
 	if index == 0 {
 		body = appendAttr(body, nameAttr(name), cString(name))
 	}
+	body = appendSkipStats(body)
 	payloads, err := c.do(unix.RTM_GETLINK, 0, body, unix.RTM_NEWLINK)
 	if err != nil {
 		return nil, err

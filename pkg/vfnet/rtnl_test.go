@@ -1,6 +1,7 @@
 package vfnet
 
 import (
+	"encoding/binary"
 	"errors"
 	"os"
 	"runtime"
@@ -46,6 +47,7 @@ func TestRtnlRequests(t *testing.T) {
 			t.Fatalf("linkList in a new netns = %v, %v; want just lo", links, err)
 		}
 		lo := links[0]
+		wantNoInet6Stats(t, c)
 		if _, err := c.linkGet(0, "nosuchlink"); !errors.Is(err, unix.ENODEV) {
 			t.Errorf("linkGet of a missing name: %v, want ENODEV", err)
 		}
@@ -89,6 +91,39 @@ func TestRtnlRequests(t *testing.T) {
 			t.Errorf("set on a missing index: %v, want ENODEV", err)
 		}
 	})
+}
+
+// wantNoInet6Stats checks that link requests ask the kernel to leave out
+// the inet6 statistics (rtextFilterSkipStats): lo's message is shorter with
+// the mask than without it, and the mask is what linkList and linkGet send.
+func wantNoInet6Stats(t *testing.T, c *rtnl) {
+	t.Helper()
+	if _, err := os.Stat("/proc/sys/net/ipv6"); err != nil {
+		t.Fatalf("the kernel has no IPv6 (needed to see its statistics left out): %v", err)
+	}
+	plain := ifinfomsg{family: unix.AF_UNSPEC, index: 1}.append(nil)
+	full, err := c.do(unix.RTM_GETLINK, 0, plain, unix.RTM_NEWLINK)
+	if err != nil || len(full) != 1 {
+		t.Fatalf("get lo without a mask: %d messages, %v", len(full), err)
+	}
+	lean, err := c.do(unix.RTM_GETLINK, 0, appendSkipStats(plain), unix.RTM_NEWLINK)
+	if err != nil || len(lean) != 1 {
+		t.Fatalf("get lo with the mask: %d messages, %v", len(lean), err)
+	}
+	// IFLA_INET6_STATS and IFLA_INET6_ICMP6STATS are some 70 counters.
+	if len(full[0])-len(lean[0]) < 300 {
+		t.Errorf("lo's message is %d bytes with the mask and %d without: the statistics were not left out", len(lean[0]), len(full[0]))
+	}
+	// The receive buffer keeps the last reply; its header gives the size of
+	// lo's message as linkGet asked for it. (A dump's last reply is its
+	// NLMSG_DONE, so linkList is checked by reading its request.)
+	if _, err := c.linkGet(1, ""); err != nil || int(binary.NativeEndian.Uint32(c.buf[0:4]))-unix.NLMSG_HDRLEN != len(lean[0]) {
+		t.Errorf("linkGet: lo's message %d bytes, %v; want the masked %d", binary.NativeEndian.Uint32(c.buf[0:4]), err, len(lean[0]))
+	}
+	dump, err := c.do(unix.RTM_GETLINK, unix.NLM_F_DUMP, linkDumpRequest(), unix.RTM_NEWLINK)
+	if err != nil || len(dump) != 1 || len(dump[0]) != len(lean[0]) {
+		t.Errorf("linkList's request: %d messages, %v; want lo's masked %d bytes", len(dump), err, len(lean[0]))
+	}
 }
 
 // TestRtnlTruncatedReply gives the socket a buffer smaller than one link

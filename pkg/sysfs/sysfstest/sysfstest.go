@@ -155,6 +155,25 @@ func (t *Tree) SetRDMA(addr string, r RDMA) {
 	}
 }
 
+// ReprobeRDMA replaces an RDMA device with a new one, as an unbind/bind of
+// the PCI function does: every file and link of it is created anew (new
+// inode numbers). That is how a new node GUID set through the PF reaches a
+// VF on real hardware; SetRDMA on an existing device changes it in place.
+func (t *Tree) ReprobeRDMA(addr string, r RDMA) {
+	t.tb.Helper()
+	// The old class entry is kept under another name until the new one
+	// exists, so that even a file system that reuses freed inode numbers
+	// (ext4) gives the new entry a number of its own, as sysfs does.
+	classLink := filepath.Join(t.Root, "class", "infiniband", r.Name)
+	old := classLink + ".removed"
+	if err := os.Rename(classLink, old); err != nil {
+		t.tb.Fatalf("sysfstest: reprobe %s: %v", r.Name, err)
+	}
+	t.remove(t.RDMAPath(addr, r.Name))
+	t.SetRDMA(addr, r)
+	t.remove(old)
+}
+
 // SetPort writes one port's state files; empty fields get healthy IB values.
 func (t *Tree) SetPort(addr, rdma string, num int, p Port) {
 	t.tb.Helper()

@@ -1,0 +1,233 @@
+package sysfs
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io/fs"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// RDMAEntry is one entry of class/infiniband: a device's name and the
+// inode number of its entry. sysfs gives every new node a new inode number
+// (kernfs allocates them cyclically), so a device that went away and came
+// back, as an unbind/bind does, has a different number than before.
+type RDMAEntry struct {
+	Name string
+	Ino  uint64
+}
+
+// GUIDIndex is the node GUID of every RDMA device on the node, with the
+// class/infiniband listing it was read under. ADD checks its VF's GUIDs
+// for duplicates against it; reading every device's node_guid (some 70 on
+// a DGX node, three system calls each) is most of what ADD costs, so the
+// index is kept in the state directory and read again as long as the
+// listing is unchanged.
+//
+// That is sound because a device's node GUID does not change in place:
+// the kernel reads it from the adapter when the driver probes the device,
+// and a new VF GUID set through the PF (ip link set $pf vf $n node_guid)
+// reaches the VF's RDMA device only when the VF is re-probed, which makes
+// it a new entry. A caller that finds a duplicate in a reused index still
+// confirms it with a fresh scan before acting on it.
+type GUIDIndex struct {
+	Root    string
+	Entries []RDMAEntry     // sorted by name
+	GUIDs   map[string]GUID // by device name; a device whose node_guid could not be read is missing
+}
+
+// guidIndexHeader is the first line of an encoded index, with its version.
+const guidIndexHeader = "sriov-stable-cni guid-index 1"
+
+// RDMAListing lists class/infiniband with inode numbers, sorted by name.
+// No class directory (no RDMA stack loaded) is an empty listing.
+// Equivalent to: ls -i $root/class/infiniband
+func (r Reader) RDMAListing() ([]RDMAEntry, error) {
+	classDir := filepath.Join(r.Root, "class", "infiniband")
+	dir, err := openRetry(unix.AT_FDCWD, classDir, unix.O_DIRECTORY)
+	if err == unix.ENOENT {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list RDMA devices: %w", &fs.PathError{Op: "open", Path: classDir, Err: err})
+	}
+	defer unix.Close(dir)
+	entries, err := readDirEntries(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list RDMA devices: %w", &fs.PathError{Op: "readdirent", Path: classDir, Err: err})
+	}
+	return entries, nil
+}
+
+// ScanGUIDs reads every RDMA device's node GUID into a new index. The
+// listing is taken first: a device re-probed during the scan leaves the
+// index under the old listing, so the next reader scans again.
+func (r Reader) ScanGUIDs() (*GUIDIndex, error) {
+	entries, err := r.RDMAListing()
+	if err != nil {
+		return nil, err
+	}
+	idx := &GUIDIndex{Root: r.Root, Entries: entries, GUIDs: make(map[string]GUID, len(entries))}
+	if len(entries) == 0 {
+		return idx, nil
+	}
+	classDir := filepath.Join(r.Root, "class", "infiniband")
+	dir, err := openRetry(unix.AT_FDCWD, classDir, unix.O_DIRECTORY)
+	if err != nil {
+		return nil, fmt.Errorf("list RDMA devices: %w", &fs.PathError{Op: "open", Path: classDir, Err: err})
+	}
+	defer unix.Close(dir)
+	var buf [64]byte
+	for _, e := range entries {
+		// Relative to the open class directory: the kernel walks only
+		// the device's own symlink, not the root's path, per device.
+		raw, err := readAt(dir, e.Name+"/node_guid", buf[:])
+		if err != nil {
+			continue // a device going away while we list is not ours to judge
+		}
+		if g, err := ParseGUID(raw); err == nil {
+			idx.GUIDs[e.Name] = g
+		}
+	}
+	return idx, nil
+}
+
+// Current reports whether the index was read under root and listing.
+func (idx *GUIDIndex) Current(root string, listing []RDMAEntry) bool {
+	return idx.Root == root && slices.Equal(idx.Entries, listing)
+}
+
+// Holders lists the devices whose node GUID is g, sorted.
+func (idx *GUIDIndex) Holders(g GUID) []string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(idx.GUIDs)) {
+		if idx.GUIDs[name] == g {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// DevicePCI is the PCI function an RDMA device belongs to, or the device's
+// own name when its device link cannot be read.
+// Equivalent to: basename $(readlink $root/class/infiniband/$name/device)
+func (r Reader) DevicePCI(name string) string {
+	pci, err := r.linkBase(filepath.Join(r.Root, "class", "infiniband", name, "device"))
+	if err != nil {
+		return name
+	}
+	return pci
+}
+
+// MarshalText encodes the index as lines of text: a header, the root, then
+// "name inode guid" per device ("-" for a GUID that could not be read).
+func (idx *GUIDIndex) MarshalText() ([]byte, error) {
+	if strings.ContainsAny(idx.Root, "\n") {
+		return nil, fmt.Errorf("encode GUID index: root %q holds a newline", idx.Root)
+	}
+	var b strings.Builder
+	b.Grow(64 + 48*len(idx.Entries))
+	fmt.Fprintf(&b, "%s\nroot %s\n", guidIndexHeader, idx.Root)
+	for _, e := range idx.Entries {
+		if strings.ContainsAny(e.Name, " \n") {
+			return nil, fmt.Errorf("encode GUID index: device name %q holds a space or newline", e.Name)
+		}
+		g, ok := idx.GUIDs[e.Name]
+		s := "-"
+		if ok {
+			s = g.String()
+		}
+		fmt.Fprintf(&b, "%s %d %s\n", e.Name, e.Ino, s)
+	}
+	return []byte(b.String()), nil
+}
+
+// UnmarshalText decodes what MarshalText wrote; anything else, including
+// another version's header, is an error.
+func (idx *GUIDIndex) UnmarshalText(data []byte) error {
+	text, ok := strings.CutSuffix(string(data), "\n")
+	if !ok {
+		return fmt.Errorf("decode GUID index: no final newline (a torn write?)")
+	}
+	lines := strings.Split(text, "\n")
+	if lines[0] != guidIndexHeader {
+		return fmt.Errorf("decode GUID index: not a %q file", guidIndexHeader)
+	}
+	if len(lines) < 2 || !strings.HasPrefix(lines[1], "root ") {
+		return fmt.Errorf("decode GUID index: line 2 is not a root line")
+	}
+	out := GUIDIndex{Root: strings.TrimPrefix(lines[1], "root "), GUIDs: map[string]GUID{}}
+	for i, text := range lines[2:] {
+		line := i + 3
+		f := strings.Fields(text)
+		if len(f) != 3 {
+			return fmt.Errorf("decode GUID index: line %d: want \"name inode guid\", got %q", line, text)
+		}
+		ino, err := strconv.ParseUint(f[1], 10, 64)
+		if err != nil {
+			return fmt.Errorf("decode GUID index: line %d: inode: %w", line, err)
+		}
+		if n := len(out.Entries); n > 0 && out.Entries[n-1].Name >= f[0] {
+			return fmt.Errorf("decode GUID index: line %d: %s is out of order", line, f[0])
+		}
+		out.Entries = append(out.Entries, RDMAEntry{Name: f[0], Ino: ino})
+		if f[2] == "-" {
+			continue
+		}
+		g, err := ParseGUID(f[2])
+		if err != nil {
+			return fmt.Errorf("decode GUID index: line %d: %w", line, err)
+		}
+		out.GUIDs[f[0]] = g
+	}
+	*idx = out
+	return nil
+}
+
+// readDirEntries lists an open directory's entries with their inode
+// numbers, "." and ".." left out, sorted by name, with getdents directly.
+func readDirEntries(dir int) ([]RDMAEntry, error) {
+	var out []RDMAEntry
+	buf := make([]byte, 8192)
+	for {
+		n, err := unix.Getdents(dir, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n <= 0 {
+			slices.SortFunc(out, func(a, b RDMAEntry) int { return strings.Compare(a.Name, b.Name) })
+			return out, nil
+		}
+		out = appendDirents(out, buf[:n])
+	}
+}
+
+// appendDirents decodes linux_dirent64 records: inode (8 bytes), offset
+// (8), record length (2), type (1), then the NUL-terminated name.
+func appendDirents(out []RDMAEntry, buf []byte) []RDMAEntry {
+	const nameOff = 19
+	for len(buf) >= nameOff {
+		reclen := int(binary.NativeEndian.Uint16(buf[16:18]))
+		if reclen < nameOff || reclen > len(buf) {
+			break
+		}
+		ino := binary.NativeEndian.Uint64(buf[0:8])
+		name := buf[nameOff:reclen]
+		if i := slices.Index(name, 0); i >= 0 {
+			name = name[:i]
+		}
+		if s := string(name); s != "." && s != ".." && ino != 0 {
+			out = append(out, RDMAEntry{Name: s, Ino: ino})
+		}
+		buf = buf[reclen:]
+	}
+	return out
+}
