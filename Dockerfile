@@ -12,14 +12,13 @@ RUN go mod download
 COPY . .
 ARG VERSION=dev
 ARG COMMIT=unknown
-# make build: CGO_ENABLED=0, -trimpath, version stamped; builds the agent too
-# once cmd/sriov-stable-agent exists.
+# make build: CGO_ENABLED=0, -trimpath, version stamped; the plugin and the
+# agent (the monitor DaemonSet runs it from this image).
 RUN make build VERSION=${VERSION} COMMIT=${COMMIT}
 
 FROM scratch
 LABEL org.opencontainers.image.title="sriov-stable-cni" \
       org.opencontainers.image.source="https://github.com/sriov-stable-cni/sriov-stable-cni"
-# sriov-stable-cni, and sriov-stable-agent when it was built.
-COPY --from=build /src/bin/sriov-stable-* /usr/bin/
+COPY --from=build /src/bin/sriov-stable-cni /src/bin/sriov-stable-agent /usr/bin/
 ENTRYPOINT ["/usr/bin/sriov-stable-cni", "install"]
 CMD ["--cni-bin-dir", "/host/opt/cni/bin", "--wait"]

@@ -17,7 +17,7 @@ all: build
 build:
 	@mkdir -p $(BIN)
 	$(GOBUILD) -o $(BIN)/sriov-stable-cni ./cmd/sriov-stable-cni
-	@if [ -d cmd/sriov-stable-agent ]; then $(GOBUILD) -o $(BIN)/sriov-stable-agent ./cmd/sriov-stable-agent; fi
+	$(GOBUILD) -o $(BIN)/sriov-stable-agent ./cmd/sriov-stable-agent
 
 ## tools: the upstream plugins the tests chain with (containernetworking/plugins v1.10.0, pinned in go.mod).
 tools:
@@ -59,9 +59,8 @@ IMAGE_TAR         := $(BIN)/sriov-stable-cni-image.tar
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 image: build
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./tools/mkimage -binary $(BIN)/sriov-stable-cni \
-		$$(if [ -x $(BIN)/sriov-stable-agent ]; then echo -agent $(BIN)/sriov-stable-agent; fi) \
-		-ref $(IMAGE):$(IMAGE_TAG) -version $(VERSION) -arch $$($(GO) env GOARCH) -out $(IMAGE_TAR)
-	MKIMAGE_ARCHIVE=$(IMAGE_TAR) MKIMAGE_BINARY=$(BIN)/sriov-stable-cni $(GO) test -count=1 -run '^TestImageArchive$$' ./tools/mkimage
+		-agent $(BIN)/sriov-stable-agent -ref $(IMAGE):$(IMAGE_TAG) -version $(VERSION) -arch $$($(GO) env GOARCH) -out $(IMAGE_TAR)
+	MKIMAGE_ARCHIVE=$(IMAGE_TAR) MKIMAGE_BINARY=$(BIN)/sriov-stable-cni MKIMAGE_AGENT=$(BIN)/sriov-stable-agent $(GO) test -count=1 -run '^TestImageArchive$$' ./tools/mkimage
 
 ## lab: the QEMU SR-IOV lab (integration/lab/README.md): real igbvf VFs, the chain through libcni and Multus.
 lab:

@@ -4,7 +4,7 @@
 // skopeo, podman, crane or `ctr import` can push or load. It is a build tool;
 // its go-containerregistry dependency never reaches the CNI binary.
 //
-//	mkimage -binary bin/sriov-stable-cni [-agent bin/sriov-stable-agent] \
+//	mkimage -binary bin/sriov-stable-cni -agent bin/sriov-stable-agent \
 //	        -ref ghcr.io/sriov-stable-cni/sriov-stable-cni:v0.1.0 -out bin/sriov-stable-cni-image.tar
 //
 // The output is reproducible: file times come from SOURCE_DATE_EPOCH (0 when
@@ -57,7 +57,7 @@ const (
 // options is one image build.
 type options struct {
 	Binary  string    // the CNI binary, installed as /usr/bin/sriov-stable-cni
-	Agent   string    // optional agent binary, /usr/bin/sriov-stable-agent
+	Agent   string    // agent binary, /usr/bin/sriov-stable-agent (the monitor DaemonSet runs it)
 	Ref     string    // full image reference with a tag
 	Out     string    // the OCI layout tar archive to write
 	Arch    string    // GOARCH of the binaries
@@ -87,7 +87,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fl.SetOutput(stderr)
 	var o options
 	fl.StringVar(&o.Binary, "binary", "", "static sriov-stable-cni binary (required)")
-	fl.StringVar(&o.Agent, "agent", "", "static sriov-stable-agent binary to add (optional)")
+	fl.StringVar(&o.Agent, "agent", "", "static sriov-stable-agent binary (required: the monitor DaemonSet runs it from the image)")
 	fl.StringVar(&o.Ref, "ref", "ghcr.io/sriov-stable-cni/sriov-stable-cni:dev", "image reference recorded in the archive")
 	fl.StringVar(&o.Out, "out", "", "OCI layout tar archive to write (required)")
 	fl.StringVar(&o.Arch, "arch", runtime.GOARCH, "architecture the binaries were built for")
@@ -98,8 +98,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if fl.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q", fl.Arg(0))
 	}
-	if o.Binary == "" || o.Out == "" {
-		return o, errors.New("-binary and -out are required")
+	if o.Binary == "" || o.Agent == "" || o.Out == "" {
+		return o, errors.New("-binary, -agent and -out are required")
 	}
 	created, err := sourceDateEpoch(os.Getenv("SOURCE_DATE_EPOCH"))
 	if err != nil {
@@ -127,10 +127,10 @@ func build(o options) (v1.Hash, error) {
 	if err != nil {
 		return v1.Hash{}, fmt.Errorf("image reference %q: %w", o.Ref, err)
 	}
-	files := []layerFile{{path: cniPath, src: o.Binary}}
-	if o.Agent != "" {
-		files = append(files, layerFile{path: agentPath, src: o.Agent})
+	if o.Agent == "" {
+		return v1.Hash{}, errors.New("no sriov-stable-agent binary given: the monitor DaemonSet runs it from this image")
 	}
+	files := []layerFile{{path: cniPath, src: o.Binary}, {path: agentPath, src: o.Agent}}
 	layerTar, err := makeLayerTar(files, o.Created)
 	if err != nil {
 		return v1.Hash{}, err
@@ -241,7 +241,7 @@ func makeImage(layerTar []byte, o options) (v1.Image, error) {
 	}
 	img, err = mutate.Append(img, mutate.Addendum{
 		Layer:   layer,
-		History: v1.History{Created: v1.Time{Time: o.Created}, CreatedBy: "mkimage: " + cniPath + " (and agent if built)"},
+		History: v1.History{Created: v1.Time{Time: o.Created}, CreatedBy: "mkimage: " + cniPath + " " + agentPath},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("add layer: %w", err)

@@ -280,25 +280,12 @@ func TestArchiveLayout(t *testing.T) {
 	}
 }
 
-func TestArchiveWithoutAgent(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "image.tar")
-	_, err := build(options{Binary: writeFixture(t, "only cni"), Ref: "ghcr.io/a/b:dev", Out: out, Arch: "amd64", Created: time.Unix(0, 0)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	img := inspectArchive(t, out)
-	checkBinary(t, img, cniPath, []byte("only cni"))
-	if _, ok := img.files["usr/bin/sriov-stable-agent"]; ok {
-		t.Error("agent in the layer although none was given")
-	}
-}
-
 func TestArchiveIsReproducible(t *testing.T) {
-	bin := writeFixture(t, "same input")
+	bin, agent := writeFixture(t, "same input"), writeFixture(t, "same agent")
 	dir := t.TempDir()
 	var archives [][]byte
 	for _, n := range []string{"a.tar", "b.tar"} {
-		o := options{Binary: bin, Ref: "ghcr.io/a/b:dev", Out: filepath.Join(dir, n), Arch: "amd64", Created: time.Unix(0, 0)}
+		o := options{Binary: bin, Agent: agent, Ref: "ghcr.io/a/b:dev", Out: filepath.Join(dir, n), Arch: "amd64", Created: time.Unix(0, 0)}
 		if _, err := build(o); err != nil {
 			t.Fatal(err)
 		}
@@ -314,19 +301,20 @@ func TestArchiveIsReproducible(t *testing.T) {
 }
 
 func TestBuildErrors(t *testing.T) {
-	bin := writeFixture(t, "x")
+	bin, agent := writeFixture(t, "x"), writeFixture(t, "agent")
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		name    string
 		o       options
 		wantMsg string
 	}{
-		{"missing binary", options{Binary: filepath.Join(dir, "nope"), Ref: "ghcr.io/a/b:dev", Out: filepath.Join(dir, "o.tar")}, "no such file"},
+		{"missing binary", options{Binary: filepath.Join(dir, "nope"), Agent: agent, Ref: "ghcr.io/a/b:dev", Out: filepath.Join(dir, "o.tar")}, "no such file"},
 		{"missing agent", options{Binary: bin, Agent: filepath.Join(dir, "nope"), Ref: "ghcr.io/a/b:dev", Out: filepath.Join(dir, "o.tar")}, "sriov-stable-agent"},
-		{"empty binary", options{Binary: writeFixture(t, ""), Ref: "ghcr.io/a/b:dev", Out: filepath.Join(dir, "o.tar")}, "is empty"},
-		{"bad reference", options{Binary: bin, Ref: "Not A Ref", Out: filepath.Join(dir, "o.tar")}, "image reference"},
-		{"no tag", options{Binary: bin, Ref: "ghcr.io/a/b", Out: filepath.Join(dir, "o.tar")}, "image reference"},
-		{"output dir missing", options{Binary: bin, Ref: "ghcr.io/a/b:dev", Out: filepath.Join(dir, "no", "o.tar")}, "create archive"},
+		{"no agent", options{Binary: bin, Ref: "ghcr.io/a/b:dev", Out: filepath.Join(dir, "o.tar")}, "no sriov-stable-agent binary given"},
+		{"empty binary", options{Binary: writeFixture(t, ""), Agent: agent, Ref: "ghcr.io/a/b:dev", Out: filepath.Join(dir, "o.tar")}, "is empty"},
+		{"bad reference", options{Binary: bin, Agent: agent, Ref: "Not A Ref", Out: filepath.Join(dir, "o.tar")}, "image reference"},
+		{"no tag", options{Binary: bin, Agent: agent, Ref: "ghcr.io/a/b", Out: filepath.Join(dir, "o.tar")}, "image reference"},
+		{"output dir missing", options{Binary: bin, Agent: agent, Ref: "ghcr.io/a/b:dev", Out: filepath.Join(dir, "no", "o.tar")}, "create archive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.o.Arch = "amd64"
@@ -350,11 +338,14 @@ func TestParseFlags(t *testing.T) {
 	if o.Binary != "b" || o.Out != "o.tar" || o.Agent != "a" || o.Ref != "ghcr.io/x/y:v1" || o.Created.Unix() != 1700000000 {
 		t.Errorf("parsed %+v", o)
 	}
-	if _, err := parseFlags([]string{"-binary", "b"}, io.Discard); err == nil {
+	if _, err := parseFlags([]string{"-binary", "b", "-agent", "a"}, io.Discard); err == nil {
 		t.Error("missing -out accepted")
 	}
+	if _, err := parseFlags([]string{"-binary", "b", "-out", "o.tar"}, io.Discard); err == nil {
+		t.Error("missing -agent accepted")
+	}
 	t.Setenv("SOURCE_DATE_EPOCH", "yesterday")
-	if _, err := parseFlags([]string{"-binary", "b", "-out", "o"}, io.Discard); err == nil {
+	if _, err := parseFlags([]string{"-binary", "b", "-agent", "a", "-out", "o"}, io.Discard); err == nil {
 		t.Error("bad SOURCE_DATE_EPOCH accepted")
 	}
 }
@@ -365,33 +356,37 @@ func TestParseFlags(t *testing.T) {
 // then runs the image's entrypoint from the extracted layer, as the
 // DaemonSet's init container does, against a temporary bin dir.
 func TestImageArchive(t *testing.T) {
-	archive, binary := os.Getenv("MKIMAGE_ARCHIVE"), os.Getenv("MKIMAGE_BINARY")
+	archive, binary, agentBin := os.Getenv("MKIMAGE_ARCHIVE"), os.Getenv("MKIMAGE_BINARY"), os.Getenv("MKIMAGE_AGENT")
 	if archive == "" {
 		dir := t.TempDir()
-		binary = filepath.Join(dir, "sriov-stable-cni")
+		binary, agentBin = filepath.Join(dir, "sriov-stable-cni"), filepath.Join(dir, "sriov-stable-agent")
 		goCmd, err := exec.LookPath("go")
 		if err != nil {
 			goCmd = filepath.Join(runtime.GOROOT(), "bin", "go")
 		}
-		cmd := exec.Command(goCmd, "build", "-trimpath", "-o", binary, "github.com/sriov-stable-cni/sriov-stable-cni/cmd/sriov-stable-cni")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build: %v\n%s", err, out)
+		for out, pkg := range map[string]string{binary: "cmd/sriov-stable-cni", agentBin: "cmd/sriov-stable-agent"} {
+			cmd := exec.Command(goCmd, "build", "-trimpath", "-o", out, "github.com/sriov-stable-cni/sriov-stable-cni/"+pkg)
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if msg, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("go build %s: %v\n%s", pkg, err, msg)
+			}
 		}
 		archive = filepath.Join(dir, "image.tar")
-		if _, err := build(options{Binary: binary, Ref: "ghcr.io/sriov-stable-cni/sriov-stable-cni:test", Out: archive,
+		if _, err := build(options{Binary: binary, Agent: agentBin, Ref: "ghcr.io/sriov-stable-cni/sriov-stable-cni:test", Out: archive,
 			Arch: runtime.GOARCH, Created: time.Unix(0, 0)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	want, err := os.ReadFile(binary)
-	if err != nil {
-		t.Fatal(err)
+	if binary == "" || agentBin == "" {
+		t.Fatal("MKIMAGE_ARCHIVE needs MKIMAGE_BINARY and MKIMAGE_AGENT: the binaries the archive must hold")
 	}
 	img := inspectArchive(t, archive)
-	checkBinary(t, img, cniPath, want)
-	if agent, ok := img.files[strings.TrimPrefix(agentPath, "/")]; ok && agent.mode != 0o755 {
-		t.Errorf("agent mode %o, want 0755", agent.mode)
+	for path, src := range map[string]string{cniPath: binary, agentPath: agentBin} {
+		want, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkBinary(t, img, path, want)
 	}
 	if img.config.Config.Entrypoint[0] != cniPath {
 		t.Fatalf("entrypoint %q does not run %s", img.config.Config.Entrypoint, cniPath)
@@ -418,6 +413,7 @@ func TestImageArchive(t *testing.T) {
 		t.Errorf("entrypoint output %q does not report the install", out)
 	}
 	installed, err := os.ReadFile(filepath.Join(binDir, "sriov-stable-cni"))
+	want, _ := os.ReadFile(binary)
 	if err != nil || sum(installed) != sum(want) {
 		t.Errorf("installed copy: %v, sha256 %s, want %s", err, sum(installed), sum(want))
 	}
