@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math/rand/v2"
 	"slices"
 	"time"
 )
@@ -39,4 +40,34 @@ func ratio(a, b time.Duration) float64 {
 		return 0
 	}
 	return float64(a) / float64(b)
+}
+
+// ratioCI is a 90% bootstrap confidence interval of median(a)/median(b)
+// for two series measured round by round: each resample draws rounds with
+// replacement and keeps a round's two samples together, so load that
+// drifted over the run stays paired as it was measured. It says whether a
+// ratio near a target is the plugin or the machine's noise.
+func ratioCI(a, b []time.Duration, seed uint64) (lo, hi float64) {
+	n := min(len(a), len(b))
+	if n == 0 {
+		return 0, 0
+	}
+	const resamples = 2000
+	rng := rand.New(rand.NewPCG(seed, 11))
+	ratios := make([]float64, 0, resamples)
+	ra, rb := make([]time.Duration, n), make([]time.Duration, n)
+	for range resamples {
+		for i := range n {
+			k := rng.IntN(n)
+			ra[i], rb[i] = a[k], b[k]
+		}
+		if r := ratio(median(ra), median(rb)); r > 0 {
+			ratios = append(ratios, r)
+		}
+	}
+	if len(ratios) == 0 {
+		return 0, 0
+	}
+	slices.Sort(ratios)
+	return ratios[len(ratios)*5/100], ratios[len(ratios)*95/100]
 }
