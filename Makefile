@@ -89,7 +89,7 @@ fuzz:
 	done
 
 ## bench: what the plugin costs a pod start, beside tuning and a do-nothing chained plugin (integration/bench,
-## docs/performance.md); privileged, in private namespaces. Exits 1 when a target is missed. Not part of test:
+## README "Performance"); privileged, in private namespaces. Exits 1 when a target is missed. Not part of test:
 ## timings are not tests. BENCH_FLAGS passes flags, e.g. BENCH_FLAGS='-rounds 400'.
 BENCH_FLAGS ?=
 bench: build tools
