@@ -80,10 +80,6 @@ type Observation struct {
 // Observe locates the VF by PCI address in its netns and reads its link and
 // its RDMA devices. A vanished netns yields an error wrapping ErrNetnsGone.
 func Observe(exp Expect, sys sysfs.Reader) (*Observation, error) {
-	// The RDMA devices are host sysfs, a dozen reads: on another goroutine
-	// beside the netns hop they made CHECK slower, not faster (the bench's
-	// -baseline A/B), since that goroutine wants a thread of its own too.
-	rdmaDevices := func() ([]sysfs.RDMADevice, error) { return sys.RDMADevices(exp.PCI) }
 	obs := &Observation{}
 	err := vfnet.InNetns(exp.Netns, func(h *vfnet.Handle) error {
 		f, err := h.Locate(exp.PCI, exp.AltName)
@@ -99,7 +95,10 @@ func Observe(exp Expect, sys sysfs.Reader) (*Observation, error) {
 		case err != nil:
 			return err
 		}
-		rdma, err := rdmaDevices()
+		// Host sysfs, a dozen reads, in line: on another goroutine beside
+		// the netns hop they made CHECK slower, not faster (the bench's
+		// -baseline A/B), since that goroutine wants a thread of its own.
+		rdma, err := sys.RDMADevices(exp.PCI)
 		if err != nil {
 			return err
 		}

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io/fs"
-	"maps"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -38,7 +37,7 @@ type RDMAEntry struct {
 type GUIDIndex struct {
 	Root    string
 	Entries []RDMAEntry     // sorted by name
-	GUIDs   map[string]GUID // by device name; a device whose node_guid could not be read is missing
+	GUIDs   map[string]GUID // by the name of an entry; an entry whose node_guid could not be read has none
 }
 
 // guidIndexHeader is the first line of an encoded index, with its version.
@@ -48,38 +47,43 @@ const guidIndexHeader = "sriov-stable-cni guid-index 1"
 // No class directory (no RDMA stack loaded) is an empty listing.
 // Equivalent to: ls -i $root/class/infiniband
 func (r Reader) RDMAListing() ([]RDMAEntry, error) {
+	entries, dir, err := r.listClass()
+	if dir >= 0 {
+		unix.Close(dir)
+	}
+	return entries, err
+}
+
+// listClass opens and lists class/infiniband, leaving it open (dir, or -1
+// when there is none) for reads relative to it.
+func (r Reader) listClass() (entries []RDMAEntry, dir int, err error) {
 	classDir := filepath.Join(r.Root, "class", "infiniband")
-	dir, err := openRetry(unix.AT_FDCWD, classDir, unix.O_DIRECTORY)
+	dir, err = openRetry(unix.AT_FDCWD, classDir, unix.O_DIRECTORY)
 	if err == unix.ENOENT {
-		return nil, nil
+		return nil, -1, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("list RDMA devices: %w", &fs.PathError{Op: "open", Path: classDir, Err: err})
+		return nil, -1, fmt.Errorf("list RDMA devices: %w", &fs.PathError{Op: "open", Path: classDir, Err: err})
 	}
-	defer unix.Close(dir)
-	entries, err := readDirEntries(dir)
+	entries, err = readDirEntries(dir)
 	if err != nil {
-		return nil, fmt.Errorf("list RDMA devices: %w", &fs.PathError{Op: "readdirent", Path: classDir, Err: err})
+		unix.Close(dir)
+		return nil, -1, fmt.Errorf("list RDMA devices: %w", &fs.PathError{Op: "readdirent", Path: classDir, Err: err})
 	}
-	return entries, nil
+	return entries, dir, nil
 }
 
 // ScanGUIDs reads every RDMA device's node GUID into a new index. The
 // listing is taken first: a device re-probed during the scan leaves the
 // index under the old listing, so the next reader scans again.
 func (r Reader) ScanGUIDs() (*GUIDIndex, error) {
-	entries, err := r.RDMAListing()
+	entries, dir, err := r.listClass()
 	if err != nil {
 		return nil, err
 	}
 	idx := &GUIDIndex{Root: r.Root, Entries: entries, GUIDs: make(map[string]GUID, len(entries))}
-	if len(entries) == 0 {
+	if dir < 0 {
 		return idx, nil
-	}
-	classDir := filepath.Join(r.Root, "class", "infiniband")
-	dir, err := openRetry(unix.AT_FDCWD, classDir, unix.O_DIRECTORY)
-	if err != nil {
-		return nil, fmt.Errorf("list RDMA devices: %w", &fs.PathError{Op: "open", Path: classDir, Err: err})
 	}
 	defer unix.Close(dir)
 	var buf [64]byte
@@ -102,12 +106,12 @@ func (idx *GUIDIndex) Current(root string, listing []RDMAEntry) bool {
 	return idx.Root == root && slices.Equal(idx.Entries, listing)
 }
 
-// Holders lists the devices whose node GUID is g, sorted.
+// Holders lists the devices whose node GUID is g, in the listing's order.
 func (idx *GUIDIndex) Holders(g GUID) []string {
 	var out []string
-	for _, name := range slices.Sorted(maps.Keys(idx.GUIDs)) {
-		if idx.GUIDs[name] == g {
-			out = append(out, name)
+	for _, e := range idx.Entries {
+		if h, ok := idx.GUIDs[e.Name]; ok && h == g {
+			out = append(out, e.Name)
 		}
 	}
 	return out

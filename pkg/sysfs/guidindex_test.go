@@ -102,7 +102,10 @@ func TestGUIDIndexGoesStale(t *testing.T) {
 }
 
 func TestGUIDIndexHolders(t *testing.T) {
-	idx := &sysfs.GUIDIndex{GUIDs: map[string]sysfs.GUID{"mlx5_3": 7, "mlx5_1": 7, "mlx5_2": 8}}
+	idx := &sysfs.GUIDIndex{
+		Entries: []sysfs.RDMAEntry{{Name: "mlx5_1", Ino: 11}, {Name: "mlx5_2", Ino: 12}, {Name: "mlx5_3", Ino: 13}},
+		GUIDs:   map[string]sysfs.GUID{"mlx5_3": 7, "mlx5_1": 7, "mlx5_2": 8},
+	}
 	if diff := cmp.Diff([]string{"mlx5_1", "mlx5_3"}, idx.Holders(7)); diff != "" {
 		t.Errorf("Holders(7) (-want +got):\n%s", diff)
 	}
