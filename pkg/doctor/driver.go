@@ -207,10 +207,10 @@ func minimumFor(deviceID string) (firmwareMinimum, bool) {
 func (r *run) checkFirmware() {
 	unknown := map[string][]string{}
 	for _, f := range r.inv.pfs {
-		if len(f.rdma) == 0 || f.rdma[0].FWVer == "" {
+		if f.fwVer == "" {
 			continue // reported by checkDriver, or no fw_ver to judge
 		}
-		fw := f.rdma[0].FWVer
+		fw := f.fwVer
 		m, ok := minimumFor(f.deviceID)
 		if !ok {
 			unknown[f.deviceID] = append(unknown[f.deviceID], f.addr)

@@ -21,6 +21,7 @@ type function struct {
 	deviceID string
 	driver   string // "" when unbound
 	rdma     []sysfs.RDMADevice
+	fwVer    string   // fw_ver of the first RDMA device; "" without one
 	netdevs  []string // host netdevs (net/<name>), in the netns sysfs was mounted in
 
 	// VF only.
@@ -125,6 +126,9 @@ func readFunction(sys sysfs.Reader, addr string) (*function, error) {
 		errs = append(errs, err)
 	}
 	f.rdma = rdma
+	if len(rdma) > 0 {
+		f.fwVer = sys.FWVer(addr, rdma[0].Name)
+	}
 	return f, errors.Join(errs...)
 }
 

@@ -123,10 +123,14 @@ func (s *Store) Save(r *Record) error {
 	if err != nil {
 		return fmt.Errorf("encode record %s: %w", r.Key(), err)
 	}
-	if err := os.MkdirAll(s.recordDir(), 0o700); err != nil {
-		return fmt.Errorf("create state directory: %w", err)
+	err = writeAtomic(s.Path(r.Key()), data)
+	if errors.Is(err, fs.ErrNotExist) { // the first record of this state dir
+		if err := os.MkdirAll(s.recordDir(), 0o700); err != nil {
+			return fmt.Errorf("create state directory: %w", err)
+		}
+		err = writeAtomic(s.Path(r.Key()), data)
 	}
-	return writeAtomic(s.Path(r.Key()), data)
+	return err
 }
 
 // staleTempAge is how old a temp or probe file must be before List removes
@@ -165,8 +169,16 @@ func writeAtomic(path string, data []byte) (err error) {
 	if err = tmp.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", tmp.Name(), err)
 	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("rename into %s: %w", path, err)
+	// renameat(2) itself: os.Rename would first lstat path to refuse a
+	// directory there, which rename(2) refuses anyway (EISDIR).
+	for {
+		err = unix.Renameat(unix.AT_FDCWD, tmp.Name(), unix.AT_FDCWD, path)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("rename into %s: %w", path, &os.LinkError{Op: "rename", Old: tmp.Name(), New: path, Err: err})
 	}
 	return nil
 }

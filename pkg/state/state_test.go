@@ -708,3 +708,24 @@ func TestReadFileSizes(t *testing.T) {
 		t.Errorf("readFile of a missing file: %v, want fs.ErrNotExist", err)
 	}
 }
+
+// A directory where a record belongs fails Save with an error naming the
+// path, and leaves no temp file behind.
+func TestSaveOverDirectoryFails(t *testing.T) {
+	s := NewStore(t.TempDir())
+	rec := sampleRecord("ib-net", "c0ffee", "net1")
+	if err := os.MkdirAll(s.Path(rec.Key()), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Save(rec)
+	if err == nil || !strings.Contains(err.Error(), s.Path(rec.Key())) {
+		t.Fatalf("Save over a directory = %v, want an error naming %s", err, s.Path(rec.Key()))
+	}
+	entries, err := os.ReadDir(filepath.Dir(s.Path(rec.Key())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 {
+		t.Errorf("records dir holds %v after a failed Save, want only the directory in the way", entries)
+	}
+}

@@ -121,7 +121,7 @@ func (idx *GUIDIndex) Holders(g GUID) []string {
 // own name when its device link cannot be read.
 // Equivalent to: basename $(readlink $root/class/infiniband/$name/device)
 func (r Reader) DevicePCI(name string) string {
-	pci, err := r.linkBase(filepath.Join(r.Root, "class", "infiniband", name, "device"))
+	pci, err := readlinkBase(unix.AT_FDCWD, filepath.Join(r.Root, "class", "infiniband", name, "device"))
 	if err != nil {
 		return name
 	}

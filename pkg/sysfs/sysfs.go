@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/stackgrow"
 )
 
 // ErrNoDevice reports a PCI address with no device under the sysfs root.
@@ -39,7 +41,6 @@ type RDMADevice struct {
 	Name     string
 	PCI      string
 	NodeGUID GUID
-	FWVer    string
 	Ports    []Port
 }
 
@@ -66,25 +67,32 @@ func (r Reader) PCIPath(addr string, elem ...string) string { return r.pciPath(a
 
 // ReadVF collects the facts about the PCI function addr. A device without an
 // infiniband/ directory is a plain netdev VF: RDMA is empty, not an error.
+//
+// Every read after the first is relative to the device's directory: on a
+// node, bus/pci/devices/<addr> is a symlink into a PCIe hierarchy several
+// bridges deep, and a full path would walk (and revalidate in kernfs) all of
+// it again for each of the dozen attributes ADD reads.
 func (r Reader) ReadVF(addr string) (*VF, error) {
-	if _, err := os.Stat(r.pciPath(addr)); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%s under %s: %w", addr, filepath.Join(r.Root, "bus/pci/devices"), ErrNoDevice)
-		}
-		return nil, fmt.Errorf("read PCI device %s: %w", addr, err)
+	path := r.pciPath(addr)
+	dev, err := openRetry(unix.AT_FDCWD, path, unix.O_PATH|unix.O_DIRECTORY)
+	if err == unix.ENOENT {
+		return nil, fmt.Errorf("%s under %s: %w", addr, filepath.Join(r.Root, "bus/pci/devices"), ErrNoDevice)
 	}
+	if err != nil {
+		return nil, fmt.Errorf("read PCI device %s: %w", addr, &fs.PathError{Op: "open", Path: path, Err: err})
+	}
+	defer unix.Close(dev)
 	vf := &VF{PCI: addr, Index: -1}
-	if pf, err := r.linkBase(r.pciPath(addr, "physfn")); err == nil {
+	switch pf, err := readlinkBase(dev, "physfn"); {
+	case err == nil:
 		vf.PF = pf
-		idx, err := r.vfIndex(pf, addr)
-		if err != nil {
+		if vf.Index, err = r.vfIndex(dev, pf, addr); err != nil {
 			return nil, err
 		}
-		vf.Index = idx
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("read physfn of %s: %w", addr, err)
+	case err != unix.ENOENT:
+		return nil, fmt.Errorf("read physfn of %s: %w", addr, &fs.PathError{Op: "readlink", Path: filepath.Join(path, "physfn"), Err: err})
 	}
-	rdma, err := r.RDMADevices(addr)
+	rdma, err := rdmaDevicesAt(dev, filepath.Join(path, "infiniband"), addr)
 	if err != nil {
 		return nil, err
 	}
@@ -92,17 +100,47 @@ func (r Reader) ReadVF(addr string) (*VF, error) {
 	return vf, nil
 }
 
-// linkBase returns the last element of a symlink's target.
-func (r Reader) linkBase(path string) (string, error) {
-	target, err := os.Readlink(path)
-	if err != nil {
-		return "", err
-	}
-	return filepath.Base(target), nil
+// FWVer is the firmware version RDMA device name of PCI function addr
+// reports, "" when it cannot be read. ADD and CHECK do not need it, so
+// ReadVF and RDMADevices leave it out.
+// Equivalent to: cat $root/bus/pci/devices/$addr/infiniband/$name/fw_ver
+func (r Reader) FWVer(addr, name string) string {
+	v, _ := readTrim(r.pciPath(addr, "infiniband", name, "fw_ver"))
+	return v
 }
 
-// vfIndex finds N such that <pf>/virtfnN points at vf.
-func (r Reader) vfIndex(pf, vf string) (int, error) {
+// readlinkBase returns the last element of the target of the symlink path,
+// relative to dir.
+// Equivalent to: basename "$(readlink $path)"
+func readlinkBase(dir int, path string) (string, error) {
+	var buf [256]byte
+	for {
+		n, err := unix.Readlinkat(dir, path, buf[:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		return filepath.Base(string(buf[:n])), nil
+	}
+}
+
+// vfIndex finds N such that <pf>/virtfnN points at vf, dev being vf's
+// directory. The kernel numbers a PF's virtfn links 0 to sriov_numvfs-1,
+// so it reads them in order through dev/physfn and stops at the VF; where
+// the numbering has a gap before the VF (trees built by hand), it falls
+// back to listing the PF.
+func (r Reader) vfIndex(dev int, pf, vf string) (int, error) {
+	for idx := 0; ; idx++ {
+		target, err := readlinkBase(dev, "physfn/virtfn"+strconv.Itoa(idx))
+		if err != nil {
+			break
+		}
+		if target == vf {
+			return idx, nil
+		}
+	}
 	vfs, err := r.VFs(pf)
 	if err != nil {
 		return -1, fmt.Errorf("VF %s: %w", vf, err)
@@ -117,9 +155,15 @@ func (r Reader) vfIndex(pf, vf string) (int, error) {
 
 // VFs lists a PF's virtual functions by index, from its virtfnN links.
 func (r Reader) VFs(pf string) (map[int]string, error) {
-	entries, err := listDir(r.pciPath(pf))
+	path := r.pciPath(pf)
+	dir, err := openRetry(unix.AT_FDCWD, path, unix.O_DIRECTORY)
 	if err != nil {
-		return nil, fmt.Errorf("read PF %s: %w", pf, err)
+		return nil, fmt.Errorf("read PF %s: %w", pf, &fs.PathError{Op: "open", Path: path, Err: err})
+	}
+	defer unix.Close(dir)
+	entries, err := readDirNames(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read PF %s: %w", pf, &fs.PathError{Op: "readdirent", Path: path, Err: err})
 	}
 	vfs := map[int]string{}
 	for _, name := range entries {
@@ -131,7 +175,7 @@ func (r Reader) VFs(pf string) (map[int]string, error) {
 		if err != nil {
 			continue
 		}
-		if target, err := r.linkBase(r.pciPath(pf, name)); err == nil {
+		if target, err := readlinkBase(dir, name); err == nil {
 			vfs[idx] = target
 		}
 	}
@@ -140,44 +184,68 @@ func (r Reader) VFs(pf string) (map[int]string, error) {
 
 // RDMADevices reads every RDMA device of a PCI function, sorted by name.
 func (r Reader) RDMADevices(addr string) ([]RDMADevice, error) {
-	entries, err := listDir(r.pciPath(addr, "infiniband"))
-	if errors.Is(err, fs.ErrNotExist) {
+	return rdmaDevicesAt(unix.AT_FDCWD, r.pciPath(addr, "infiniband"), addr)
+}
+
+// rdmaDevicesAt reads the RDMA devices in path (relative to dir when dir is
+// not AT_FDCWD), reading each attribute relative to that directory. Errors
+// name path.
+func rdmaDevicesAt(dir int, path, addr string) ([]RDMADevice, error) {
+	rel := path
+	if dir != unix.AT_FDCWD {
+		rel = "infiniband"
+	}
+	ib, err := openRetry(dir, rel, unix.O_DIRECTORY)
+	if err == unix.ENOENT {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read RDMA devices of %s: %w", addr, err)
+		return nil, fmt.Errorf("read RDMA devices of %s: %w", addr, &fs.PathError{Op: "open", Path: path, Err: err})
 	}
-	var devs []RDMADevice
-	for _, name := range entries {
-		d, err := r.readRDMA(addr, name)
+	defer unix.Close(ib)
+	names, err := readDirNames(ib)
+	if err != nil {
+		return nil, fmt.Errorf("read RDMA devices of %s: %w", addr, &fs.PathError{Op: "readdirent", Path: path, Err: err})
+	}
+	devs := make([]RDMADevice, 0, len(names))
+	for _, name := range names { // sorted by readDirNames
+		d, err := readRDMA(ib, path, addr, name)
 		if err != nil {
 			return nil, err
 		}
 		devs = append(devs, d)
 	}
-	sort.Slice(devs, func(i, j int) bool { return devs[i].Name < devs[j].Name })
 	return devs, nil
 }
 
-func (r Reader) readRDMA(addr, name string) (RDMADevice, error) {
-	dir := r.pciPath(addr, "infiniband", name)
+// readRDMA reads the RDMA device name of ib, the open infiniband/
+// directory at path.
+func readRDMA(ib int, path, addr, name string) (RDMADevice, error) {
 	d := RDMADevice{Name: name, PCI: addr}
-	raw, err := readTrim(filepath.Join(dir, "node_guid"))
+	var buf [4096]byte // a sysfs attribute is at most a page
+	raw, err := readAt(ib, name+"/node_guid", buf[:])
 	if err != nil {
-		return d, fmt.Errorf("read node_guid of %s (%s): %w", name, addr, err)
+		return d, fmt.Errorf("read node_guid of %s (%s): %w", name, addr, under(path, err))
 	}
 	if d.NodeGUID, err = ParseGUID(raw); err != nil {
 		return d, fmt.Errorf("node_guid of %s (%s): %w", name, addr, err)
 	}
-	d.FWVer, _ = readTrim(filepath.Join(dir, "fw_ver"))
-	ports, err := listDir(filepath.Join(dir, "ports"))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return d, fmt.Errorf("read ports of %s (%s): %w", name, addr, err)
+	ports, err := openRetry(ib, name+"/ports", unix.O_DIRECTORY)
+	if err == unix.ENOENT {
+		return d, nil
 	}
-	for _, p := range ports {
-		port, err := readPort(filepath.Join(dir, "ports", p))
+	if err != nil {
+		return d, fmt.Errorf("read ports of %s (%s): %w", name, addr, &fs.PathError{Op: "open", Path: filepath.Join(path, name, "ports"), Err: err})
+	}
+	defer unix.Close(ports)
+	nums, err := readDirNames(ports)
+	if err != nil {
+		return d, fmt.Errorf("read ports of %s (%s): %w", name, addr, &fs.PathError{Op: "readdirent", Path: filepath.Join(path, name, "ports"), Err: err})
+	}
+	for _, p := range nums {
+		port, err := readPort(ports, p, buf[:])
 		if err != nil {
-			return d, fmt.Errorf("port %s of %s (%s): %w", p, name, addr, err)
+			return d, fmt.Errorf("port %s of %s (%s): %w", p, name, addr, under(filepath.Join(path, name, "ports"), err))
 		}
 		d.Ports = append(d.Ports, port)
 	}
@@ -185,31 +253,41 @@ func (r Reader) readRDMA(addr, name string) (RDMADevice, error) {
 	return d, nil
 }
 
-func readPort(dir string) (Port, error) {
+// readPort reads port num of ports, an open ports/ directory.
+func readPort(ports int, num string, buf []byte) (Port, error) {
 	var p Port
-	n, err := strconv.Atoi(filepath.Base(dir))
+	n, err := strconv.Atoi(num)
 	if err != nil {
-		return p, fmt.Errorf("port directory %q is not a number", filepath.Base(dir))
+		return p, fmt.Errorf("port directory %q is not a number", num)
 	}
 	p.Num = n
-	raw, err := readTrim(filepath.Join(dir, "state"))
+	raw, err := readAt(ports, num+"/state", buf)
 	if err != nil {
 		return p, err
 	}
 	if p.State, err = ParsePortState(raw); err != nil {
 		return p, err
 	}
-	raw, err = readTrim(filepath.Join(dir, "phys_state"))
-	if err != nil {
+	if raw, err = readAt(ports, num+"/phys_state", buf); err != nil {
 		return p, err
 	}
 	if p.PhysState, err = ParsePhysState(raw); err != nil {
 		return p, err
 	}
-	if p.LinkLayer, err = readTrim(filepath.Join(dir, "link_layer")); err != nil {
+	if p.LinkLayer, err = readAt(ports, num+"/link_layer", buf); err != nil {
 		return p, err
 	}
 	return p, nil
+}
+
+// under makes a PathError of a dir-relative read name its full path, so an
+// operator's error says which file.
+func under(dir string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && !filepath.IsAbs(pe.Path) {
+		return &fs.PathError{Op: pe.Op, Path: filepath.Join(dir, pe.Path), Err: pe.Err}
+	}
+	return err
 }
 
 // NodeGUIDs maps the node GUID of every RDMA device on the node (from
@@ -226,21 +304,6 @@ func (r Reader) NodeGUIDs() (map[GUID][]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// listDir lists a directory's entry names, sorted, with plain system
-// calls. A missing directory is an fs.ErrNotExist PathError.
-func listDir(path string) ([]string, error) {
-	dir, err := openRetry(unix.AT_FDCWD, path, unix.O_DIRECTORY)
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
-	}
-	defer unix.Close(dir)
-	names, err := readDirNames(dir)
-	if err != nil {
-		return nil, &fs.PathError{Op: "readdirent", Path: path, Err: err}
-	}
-	return names, nil
 }
 
 // readDirNames lists an open directory's entry names, "." and ".." left
@@ -293,6 +356,7 @@ func Async[T any](read func() (T, error)) func() (T, error) {
 	var err error
 	go func() {
 		defer close(done)
+		stackgrow.Grow()
 		v, err = read()
 	}()
 	return func() (T, error) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,7 +50,7 @@ func TestReadVF(t *testing.T) {
 		want       *sysfs.VF
 	}{
 		{"VF with one IB port", vf0, &sysfs.VF{PCI: vf0, PF: pf0, Index: 0, RDMA: []sysfs.RDMADevice{{
-			Name: "mlx5_10", PCI: vf0, NodeGUID: 0xa288c2fffe180000, FWVer: "28.43.1014", Ports: []sysfs.Port{activeIB(1)},
+			Name: "mlx5_10", PCI: vf0, NodeGUID: 0xa288c2fffe180000, Ports: []sysfs.Port{activeIB(1)},
 		}}}},
 		{"plain netdev VF", vf1, &sysfs.VF{PCI: vf1, PF: pf0, Index: 1}},
 		{"VF with two ports, index from virtfn7", vf7, &sysfs.VF{PCI: vf7, PF: pf0, Index: 7, RDMA: []sysfs.RDMADevice{{
@@ -59,7 +60,7 @@ func TestReadVF(t *testing.T) {
 			}},
 		}}}},
 		{"PF itself has no physfn", pf0, &sysfs.VF{PCI: pf0, Index: -1, RDMA: []sysfs.RDMADevice{{
-			Name: "mlx5_0", PCI: pf0, NodeGUID: 0xa088c20300181000, FWVer: "28.43.1014", Ports: []sysfs.Port{activeIB(1)},
+			Name: "mlx5_0", PCI: pf0, NodeGUID: 0xa088c20300181000, Ports: []sysfs.Port{activeIB(1)},
 		}}}},
 	}
 	for _, tc := range tests {
@@ -120,31 +121,32 @@ func TestReadVFErrors(t *testing.T) {
 		break_   func(t *testing.T, tree *sysfstest.Tree)
 		addr     string
 		noDevice bool
+		file     string // when set, the error must name this file by its full path
 	}{
-		{"missing device", nil, "0000:99:00.0", true},
+		{"missing device", nil, "0000:99:00.0", true, ""},
 		{"PF lost its virtfn link", func(t *testing.T, tree *sysfstest.Tree) {
 			mustRemove(t, filepath.Join(tree.DevicePath(pf0), "virtfn1"))
-		}, vf1, false},
+		}, vf1, false, ""},
 		{"garbage node_guid", func(t *testing.T, tree *sysfstest.Tree) {
 			tree.WriteFile(filepath.Join(tree.RDMAPath(vf0, "mlx5_10"), "node_guid"), "not-a-guid")
-		}, vf0, false},
+		}, vf0, false, ""},
 		{"missing node_guid", func(t *testing.T, tree *sysfstest.Tree) {
 			mustRemove(t, filepath.Join(tree.RDMAPath(vf0, "mlx5_10"), "node_guid"))
-		}, vf0, false},
+		}, vf0, false, "infiniband/mlx5_10/node_guid"},
 		{"garbage port state", func(t *testing.T, tree *sysfstest.Tree) {
 			tree.WriteFile(filepath.Join(tree.RDMAPath(vf0, "mlx5_10"), "ports", "1", "state"), "ACTIVE")
-		}, vf0, false},
+		}, vf0, false, ""},
 		{"garbage phys_state", func(t *testing.T, tree *sysfstest.Tree) {
 			tree.WriteFile(filepath.Join(tree.RDMAPath(vf0, "mlx5_10"), "ports", "1", "phys_state"), "")
-		}, vf0, false},
+		}, vf0, false, ""},
 		{"missing link_layer", func(t *testing.T, tree *sysfstest.Tree) {
 			mustRemove(t, filepath.Join(tree.RDMAPath(vf0, "mlx5_10"), "ports", "1", "link_layer"))
-		}, vf0, false},
+		}, vf0, false, "infiniband/mlx5_10/ports/1/link_layer"},
 		{"non-numeric port directory", func(t *testing.T, tree *sysfstest.Tree) {
 			if err := os.Mkdir(filepath.Join(tree.RDMAPath(vf0, "mlx5_10"), "ports", "x"), 0o755); err != nil {
 				t.Fatal(err)
 			}
-		}, vf0, false},
+		}, vf0, false, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -158,6 +160,9 @@ func TestReadVFErrors(t *testing.T) {
 			}
 			if got := errors.Is(err, sysfs.ErrNoDevice); got != tc.noDevice {
 				t.Errorf("errors.Is(%v, ErrNoDevice) = %v, want %v", err, got, tc.noDevice)
+			}
+			if want := filepath.Join(tree.Root, "bus", "pci", "devices", tc.addr, tc.file); tc.file != "" && !strings.Contains(err.Error(), want) {
+				t.Errorf("ReadVF(%s) error %q does not name %s", tc.addr, err, want)
 			}
 		})
 	}
@@ -321,5 +326,16 @@ func TestAsync(t *testing.T) {
 	}
 	if v, err := wait(); v != 7 || err == nil || err.Error() != "partial" {
 		t.Errorf("second wait = %d, %v; want 7, partial", v, err)
+	}
+}
+
+func TestFWVer(t *testing.T) {
+	tree := smallNode(t)
+	r := sysfs.Reader{Root: tree.Root}
+	if got := r.FWVer(vf0, "mlx5_10"); got != "28.43.1014" {
+		t.Errorf("FWVer(%s, mlx5_10) = %q, want 28.43.1014", vf0, got)
+	}
+	if got := r.FWVer(vf0, "mlx5_99"); got != "" {
+		t.Errorf("FWVer of a missing RDMA device = %q, want empty", got)
 	}
 }

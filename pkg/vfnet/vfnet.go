@@ -14,6 +14,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/stackgrow"
 )
 
 // ErrNetnsGone reports a network namespace path that no longer exists.
@@ -44,6 +46,7 @@ func InNetns(path string, fn func(h *Handle) error) error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: see above
+		stackgrow.Grow()
 		done <- runInNetns(target, path, fn)
 	}()
 	return <-done
