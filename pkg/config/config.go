@@ -52,6 +52,12 @@ type RuntimeConfig struct {
 type NetConf struct {
 	types.PluginConf
 
+	// PrevResult is prevResult as it came, decoded once, straight into the
+	// result type of cniVersion (see HasPrevResult). It shadows
+	// PluginConf.RawPrevResult, which version.ParsePrevResult would decode
+	// into maps, encode again and decode a second time.
+	PrevResult json.RawMessage `json:"prevResult,omitempty"`
+
 	DeviceID      string        `json:"deviceID,omitempty"`
 	PCIBusID      string        `json:"pciBusID,omitempty"`
 	RuntimeConfig RuntimeConfig `json:"runtimeConfig,omitempty"`
@@ -178,6 +184,12 @@ func decodeSkippingBadFields(stdin []byte) (*NetConf, error) {
 	return nil, fmt.Errorf("too many malformed fields")
 }
 
+// HasPrevResult reports whether the configuration carries a prevResult
+// (a JSON null counts as none).
+func (c *NetConf) HasPrevResult() bool {
+	return len(c.PrevResult) > 0 && string(c.PrevResult) != "null"
+}
+
 func applyDefaults(c *NetConf) {
 	if c.AltName == "" {
 		c.AltName = DefaultAltName
@@ -203,6 +215,9 @@ func applyDefaults(c *NetConf) {
 }
 
 func validate(c *NetConf) error {
+	if c.HasPrevResult() && c.PrevResult[0] != '{' {
+		return fieldErr("prevResult", "is not a JSON object (%s)", truncate(string(c.PrevResult), 64))
+	}
 	if c.Name == "" {
 		return fieldErr("name", "the network name is empty")
 	}

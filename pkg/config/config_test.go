@@ -152,6 +152,10 @@ var badFieldCases = []struct {
 	{"portWaitMs above max", map[string]any{"portWaitMs": MaxPortWaitMs + 1}, "portWaitMs"},
 	{"portWaitMs huge", map[string]any{"portWaitMs": 1 << 40}, "portWaitMs"},
 
+	{"prevResult a string", map[string]any{"prevResult": "net1"}, "prevResult"},
+	{"prevResult an array", map[string]any{"prevResult": []any{}}, "prevResult"},
+	{"prevResult a number", map[string]any{"prevResult": 7}, "prevResult"},
+
 	{"mtu negative", map[string]any{"mtu": -1}, "mtu"},
 	{"mtu above 65535", map[string]any{"mtu": 65536}, "mtu"},
 
@@ -464,6 +468,26 @@ func TestValidateKeyPart(t *testing.T) {
 		}
 		if err != nil && fieldOf(t, err) != "CNI_CONTAINERID" {
 			t.Errorf("ValidateKeyPart(%q) names field %q", tc.in, fieldOf(t, err))
+		}
+	}
+}
+
+func TestHasPrevResult(t *testing.T) {
+	for _, tc := range []struct {
+		stdin string
+		want  bool
+	}{
+		{`{"cniVersion":"1.1.0","name":"n","type":"t","deviceID":"0000:18:00.2"}`, false},
+		{`{"cniVersion":"1.1.0","name":"n","type":"t","deviceID":"0000:18:00.2","prevResult":null}`, false},
+		{`{"cniVersion":"1.1.0","name":"n","type":"t","deviceID":"0000:18:00.2","prevResult":{}}`, true},
+		{`{"cniVersion":"1.1.0","name":"n","type":"t","deviceID":"0000:18:00.2","prevResult":{"interfaces":[{"name":"net1"}]}}`, true},
+	} {
+		conf, err := Parse([]byte(tc.stdin))
+		if err != nil {
+			t.Fatalf("Parse(%s): %v", tc.stdin, err)
+		}
+		if got := conf.HasPrevResult(); got != tc.want {
+			t.Errorf("Parse(%s).HasPrevResult() = %v, want %v", tc.stdin, got, tc.want)
 		}
 	}
 }

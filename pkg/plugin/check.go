@@ -22,7 +22,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	if err := checkArgs(args); err != nil {
 		return err
 	}
-	if p.conf.RawPrevResult == nil {
+	if !p.conf.HasPrevResult() {
 		return cniErr(types.ErrInvalidNetworkConfig, "CHECK of network %s needs the prevResult of ADD; none was given", p.conf.Name)
 	}
 	prev, err := parsePrevResult(p.conf)

@@ -10,7 +10,6 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/containernetworking/cni/pkg/version"
 	"github.com/vishvananda/netlink"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
@@ -107,9 +106,9 @@ func (p *Plugin) delTarget(args *skel.CmdArgs, rec *state.Record) (string, strin
 		return rec.PCI, rec.AltName
 	}
 	var prev *current.Result
-	if p.conf.RawPrevResult != nil {
-		if version.ParsePrevResult(&p.conf.PluginConf) == nil {
-			prev, _ = current.NewResultFromResult(p.conf.PrevResult)
+	if p.conf.HasPrevResult() {
+		if res, err := decodePrevResult(p.conf.CNIVersion, p.conf.PrevResult); err == nil {
+			prev, _ = current.NewResultFromResult(res)
 		}
 	}
 	pci, _, err := resolvePCI(p.conf, prev, args.Netns, args.IfName)

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 )
@@ -79,18 +78,16 @@ func FuzzCorrectResult(f *testing.F) {
 	})
 }
 
-// fuzzParsePrev parses a prevResult the way ADD does, or returns nil.
+// fuzzParsePrev parses a prevResult the way ADD does, or returns nil when
+// ADD would reject it.
 func fuzzParsePrev(data []byte, cniVersion string) *current.Result {
 	var raw map[string]any
 	if json.Unmarshal(data, &raw) != nil || raw == nil {
 		return nil
 	}
-	conf := &config.NetConf{}
-	conf.CNIVersion, conf.RawPrevResult = cniVersion, raw
-	if version.ParsePrevResult(&conf.PluginConf) != nil {
-		return nil
-	}
-	prev, err := current.NewResultFromResult(conf.PrevResult)
+	conf := &config.NetConf{PrevResult: data}
+	conf.CNIVersion = cniVersion
+	prev, err := parsePrevResult(conf)
 	if err != nil {
 		return nil
 	}
