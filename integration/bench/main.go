@@ -45,7 +45,7 @@ func parseFlags() options {
 	flag.IntVar(&o.parallelRounds, "parallel-rounds", 5, "times the parallel ADD burst is repeated")
 	flag.IntVar(&o.versionRuns, "version-runs", 200, "VERSION execs per binary")
 	flag.IntVar(&o.rssRuns, "rss-runs", 5, "ADDs per chain with the plugin under ptrace for its peak RSS (not timed)")
-	flag.StringVar(&o.diskDir, "disk-dir", "/var/tmp", "where our state dir and libcni's cache go: a disk-backed directory, as /var/lib/cni is")
+	flag.StringVar(&o.diskDir, "disk-dir", "/var/tmp", "where libcni's cache, our log file and the bin dir go: a disk-backed directory, as /var/lib/cni is")
 	flag.IntVar(&o.neighbors, "neighbors", 7, "records of other live attachments in our state dir, as on a node whose other VFs are in use")
 	flag.StringVar(&o.cniVersion, "cni-version", "1.1.0", "cniVersion of the chains (CHECK needs 0.4.0 or later)")
 	flag.StringVar(&o.tuning, "tuning", "realistic", `tuning's configuration: "realistic" (sets mtu and a sysctl) or "empty"`)

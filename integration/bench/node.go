@@ -41,24 +41,25 @@ type node struct {
 	sys      *sysfstest.DGXNode
 	vfs      []sysfstest.DGXVF
 	used     int
-	stateDir string // ours; on disk, as /var/lib/cni is
+	stateDir string // ours; a tmpfs, as its default /run/cni/sriov-stable is
 	scanDir  string // ours, for the variant that finds no saved GUID index
-	logFile  string // ours
+	logFile  string // ours; on disk, as /var/log is
 	cacheDir string // libcni's results cache; on disk, as /var/lib/cni/results is
-	runDir   string // tuning's dataDir; a tmpfs, as its default /run/cni/tuning is
+	runDir   string // a tmpfs, as /run is: tuning's dataDir and our state dirs
 	exec     *timedExec
 }
 
 func newNode(tb *harness.ProgramTB, o options) *node {
 	disk, err := os.MkdirTemp(o.diskDir, "sriov-stable-bench-")
 	if err != nil {
-		tb.Fatalf("state directory on disk: %v", err)
+		tb.Fatalf("directory on disk: %v", err)
 	}
 	tb.Cleanup(func() { _ = os.RemoveAll(disk) })
+	run := mountTmpfs(tb, "run")
 	n := &node{
 		tb: tb, o: o, exec: &timedExec{},
-		stateDir: filepath.Join(disk, "state"), scanDir: filepath.Join(disk, "state-scan"), logFile: filepath.Join(disk, "sriov-stable-cni.log"),
-		cacheDir: filepath.Join(disk, "results"), runDir: mountTmpfs(tb, "run"),
+		stateDir: filepath.Join(run, "sriov-stable"), scanDir: filepath.Join(run, "sriov-stable-scan"), logFile: filepath.Join(disk, "sriov-stable-cni.log"),
+		cacheDir: filepath.Join(disk, "results"), runDir: run,
 	}
 	// sysfs lives in memory; so does the fixture standing in for it.
 	n.sys = sysfstest.NewDGXH200(tmpfsTB{tb, mountTmpfs(tb, "sys")})

@@ -100,8 +100,9 @@ func (r *report) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "## sriov-stable-cni bench\n\n")
 	fmt.Fprintf(w, "%s; %d × %s; kernel %s; load average %s before, %s after.  \n", m.date, m.cpus, m.cpuModel, m.kernel, m.loadBefore, m.loadAfter)
-	fmt.Fprintf(w, "cniVersion %s; %d interleaved rounds (+%d warm-up); tuning %s; our state dir and libcni's cache on %s (%s) with %d neighbour records; "+
-		"fixture sysfs and tuning's dataDir on tmpfs; every plugin runs from a copy written into a bin dir there, as an installer leaves it.\n\n", o.cniVersion, o.rounds, o.warmup, tuningDesc, o.diskDir, m.diskFS, o.neighbors)
+	fmt.Fprintf(w, "cniVersion %s; %d interleaved rounds (+%d warm-up); tuning %s; our state dir (with %d neighbour records), the fixture sysfs and tuning's dataDir on tmpfs, "+
+		"as /run and /sys are; libcni's cache and our log file on %s (%s); every plugin runs from a copy written into a bin dir there, as an installer leaves it.\n\n",
+		o.cniVersion, o.rounds, o.warmup, tuningDesc, o.neighbors, o.diskDir, m.diskFS)
 
 	fmt.Fprintf(w, "### Overhead: the added plugin's own process, as libcni ran it in the chain (wall ms, p50 / p90)\n\n")
 	fmt.Fprintf(w, "| verb | host-device | tuning | floor | ours | ours ÷ tuning | ours ÷ floor |\n|---|--:|--:|--:|--:|--:|--:|\n")

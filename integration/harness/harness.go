@@ -77,11 +77,18 @@ func setupInside() error {
 	if err := unix.Mount("tmpfs", "/run/netns", "tmpfs", 0, "mode=755"); err != nil {
 		return fmt.Errorf("mount private /run/netns: %w", err)
 	}
-	// The plugin's default state directory lives under /var/lib. Hide the
-	// host's behind a private tmpfs (this mount namespace only), so no input
-	// can reach it and a test can prove nothing was written there.
-	if err := unix.Mount("tmpfs", "/var/lib", "tmpfs", 0, "mode=755"); err != nil {
-		return fmt.Errorf("mount private /var/lib: %w", err)
+	// The plugin's default state directory lives under /run/cni, and the
+	// one it adopts records from (the old default) under /var/lib. Hide the
+	// host's behind private tmpfs mounts (this mount namespace only), so no
+	// input can reach them and a test can prove nothing was written there.
+	// Only an empty /run/cni is made on the host when it has none.
+	if err := os.MkdirAll("/run/cni", 0o755); err != nil {
+		return err
+	}
+	for _, dir := range []string{"/run/cni", "/var/lib"} {
+		if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "mode=755"); err != nil {
+			return fmt.Errorf("mount private %s: %w", dir, err)
+		}
 	}
 	lo, err := netlink.LinkByName("lo")
 	if err != nil {

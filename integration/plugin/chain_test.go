@@ -1,12 +1,14 @@
 package plugin_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
@@ -15,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
@@ -540,5 +543,54 @@ func TestDelGivesTransientHostNameAUniqueOne(t *testing.T) {
 	}
 	if harness.HostLink("vf18s00f2") == nil {
 		t.Fatalf("VF not home as vf18s00f2; host net7: %s", harness.Describe(harness.HostLink("net7")))
+	}
+}
+
+// An attachment made by a release whose default stateDir was the old one
+// (/var/lib/cni/sriov-stable) keeps its record across the upgrade: the
+// plugin, now defaulting to /run/cni/sriov-stable, adopts it, so CHECK
+// passes against it and DEL removes it. The harness hides both host
+// directories behind private tmpfs mounts. Another network's record in the
+// old directory is left where it is.
+func TestUpgradeAdoptsRecordsFromTheOldDefault(t *testing.T) {
+	e := newEnv(t, vfOpts{rdma: true, numVFs: 1})
+	t.Cleanup(func() {
+		os.RemoveAll(config.LegacyStateDir)
+		os.RemoveAll(config.DefaultStateDir)
+	})
+	other := &state.Record{Network: "another-net", ContainerID: "c-other", IfName: "net1", PCI: "0000:3b:00.2",
+		Netns: "/var/run/netns/gone", Created: time.Now().UTC()}
+	if err := state.NewStore(config.LegacyStateDir).Save(other); err != nil {
+		t.Fatal(err)
+	}
+	pod := harness.NewNetns(t)
+	r := rt("c-upgrade", pod)
+	before := e.chain("1.1.0", 0, map[string]any{"stateDir": config.LegacyStateDir}) // the old default, as it applied
+	if _, err := before.Add(r); err != nil {
+		t.Fatalf("ADD with the old default: %v\nlog:\n%s", err, e.logTail())
+	}
+	after := e.chain("1.1.0", 0, map[string]any{"stateDir": nil}) // today's default
+	if err := after.Check(r); err != nil {
+		t.Fatalf("CHECK after the upgrade: %v\nlog:\n%s", err, e.logTail())
+	}
+	key := state.Key{Network: "vfnet", ContainerID: "c-upgrade", IfName: "net1"}
+	if _, err := state.NewStore(config.DefaultStateDir).Load(key); err != nil {
+		t.Errorf("record not adopted into %s: %v", config.DefaultStateDir, err)
+	}
+	if _, err := state.NewStore(config.LegacyStateDir).Load(key); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("record still in %s after adoption: %v", config.LegacyStateDir, err)
+	}
+	if !strings.Contains(e.logTail(), "adopted records from the old default state directory") {
+		t.Errorf("no log line about the adoption:\n%s", e.logTail())
+	}
+	if err := after.Del(r); err != nil {
+		t.Fatalf("DEL after the upgrade: %v", err)
+	}
+	e.wantHome(0)
+	if _, err := state.NewStore(config.DefaultStateDir).Load(key); !errors.Is(err, state.ErrNotFound) {
+		t.Errorf("DEL left the adopted record: %v", err)
+	}
+	if _, err := state.NewStore(config.LegacyStateDir).Load(other.Key()); err != nil {
+		t.Errorf("another network's record in the old directory was touched: %v", err)
 	}
 }

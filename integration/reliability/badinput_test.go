@@ -416,13 +416,13 @@ func (e *badEnv) resetPod(t *testing.T, want []linkState) {
 	}
 }
 
-// snapshot maps every path under the temp root, the sysfs fixture and
-// /var/lib (a private tmpfs holding the default state dir) to its type,
-// mode, size and content hash.
+// snapshot maps every path under the temp root, the sysfs fixture, /run/cni
+// and /var/lib (private tmpfs mounts holding the default state dir and the
+// old default it adopts from) to its type, mode, size and content hash.
 func (e *badEnv) snapshot(t *testing.T) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	for _, top := range []string{e.root, e.sys.Root, "/var/lib"} {
+	for _, top := range []string{e.root, e.sys.Root, "/run/cni", "/var/lib"} {
 		err := filepath.WalkDir(top, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err

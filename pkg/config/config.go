@@ -17,13 +17,20 @@ import (
 
 // Defaults applied by Parse when a field is absent.
 const (
-	DefaultAltName    = "vf-{pci}"
-	DefaultStateDir   = "/var/lib/cni/sriov-stable"
+	DefaultAltName = "vf-{pci}"
+	// DefaultStateDir is on /run, a tmpfs: a record describes an attachment
+	// to a pod netns, and no netns outlives the boot.
+	DefaultStateDir   = "/run/cni/sriov-stable"
 	DefaultSysfsRoot  = "/sys"
 	DefaultPortWaitMs = 5000
 	// MaxPortWaitMs bounds portWaitMs so a typo cannot hold a pod start for hours.
 	MaxPortWaitMs = 120000
 )
+
+// LegacyStateDir is the default stateDir of releases before the records
+// moved to /run; the plugin adopts the records it finds there (see
+// state.Store.Adopt).
+const LegacyStateDir = "/var/lib/cni/sriov-stable"
 
 // Link layers accepted by linkLayer.
 const (

@@ -56,7 +56,7 @@ func TestParseDefaults(t *testing.T) {
 	got := view{conf.AltName, conf.LinkLayer, conf.StateDir, conf.SysfsRoot, conf.LogFile, conf.LogLevel,
 		conf.GUIDPolicy, conf.PortPolicy, conf.PortWait(), conf.MTU, conf.Level, conf.PCIAddress, conf.PCISource}
 	want := view{
-		AltName: "vf-{pci}", LinkLayer: "auto", StateDir: "/var/lib/cni/sriov-stable", SysfsRoot: "/sys",
+		AltName: "vf-{pci}", LinkLayer: "auto", StateDir: "/run/cni/sriov-stable", SysfsRoot: "/sys",
 		LogLevel: "info", GUIDPolicy: PolicyRequire, PortPolicy: PolicyRequire, PortWait: 5 * time.Second,
 		Level: slog.LevelInfo,
 	}

@@ -71,6 +71,7 @@ func run(args *skel.CmdArgs, parse func([]byte) (*config.NetConf, error), verb f
 	}
 	p, closeLog := New(conf, os.Stderr)
 	defer closeLog()
+	p.adoptLegacyRecords()
 	err = verb(p, args)
 	if err != nil {
 		// The runtime shows the error to one pod; the log keeps it for the node.
@@ -78,6 +79,25 @@ func run(args *skel.CmdArgs, parse func([]byte) (*config.NetConf, error), verb f
 			"ifname", args.IfName, "netns", args.Netns, "err", err)
 	}
 	return err
+}
+
+// adoptLegacyRecords moves this network's records from the stateDir an
+// earlier release used by default, when the configuration uses today's
+// default: an attachment made before an upgrade keeps its record for DEL,
+// CHECK and the ownership check. Without such records it costs one failed
+// open.
+func (p *Plugin) adoptLegacyRecords() {
+	if p.conf.StateDir != config.DefaultStateDir {
+		return
+	}
+	n, err := p.store.Adopt(config.LegacyStateDir, p.conf.Name)
+	if n > 0 {
+		p.log.Info("adopted records from the old default state directory", "from", config.LegacyStateDir,
+			"to", p.conf.StateDir, "records", n)
+	}
+	if err != nil {
+		p.log.Warn("some records in the old default state directory could not be adopted", "from", config.LegacyStateDir, "err", err)
+	}
 }
 
 // Plugin error codes (100 and up are the plugin's own).
