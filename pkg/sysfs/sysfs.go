@@ -113,7 +113,7 @@ func (r Reader) FWVer(addr, name string) string {
 // relative to dir.
 // Equivalent to: basename "$(readlink $path)"
 func readlinkBase(dir int, path string) (string, error) {
-	var buf [256]byte
+	var buf [unix.PathMax]byte // a link's target is never longer
 	for {
 		n, err := unix.Readlinkat(dir, path, buf[:])
 		if err == unix.EINTR {
