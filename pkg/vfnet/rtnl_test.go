@@ -3,9 +3,12 @@ package vfnet
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -165,6 +168,80 @@ func TestInNetnsGone(t *testing.T) {
 		})
 		if !errors.Is(err, ErrNetnsGone) {
 			t.Errorf("InNetns(%s) = %v, want ErrNetnsGone", path, err)
+		}
+	}
+}
+
+// netnsIno is the inode number of a netns file: equal numbers, same netns.
+func netnsIno(t *testing.T, path string) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
+}
+
+// TestInNetnsReturnsItsThread: fn runs in the target netns, and afterwards,
+// whether fn succeeded or not, no thread of the process but the one that
+// made the target is left in it: InNetns hands a thread back to the runtime
+// only once it is home again.
+func TestInNetnsReturnsItsThread(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root to make a network namespace (make test runs as root)")
+	}
+	ready, stop, holderDone := make(chan string), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(holderDone)
+		runtime.LockOSThread() // never unlocked: this thread holds the target netns
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			t.Errorf("unshare: %v", err)
+			close(ready)
+			return
+		}
+		ready <- fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), unix.Gettid())
+		<-stop
+	}()
+	path, ok := <-ready
+	if !ok {
+		t.FailNow()
+	}
+	defer func() { close(stop); <-holderDone }()
+	holder := filepath.Base(filepath.Dir(filepath.Dir(path)))
+	target := netnsIno(t, path)
+	failing := errors.New("fn failed")
+	for i := range 20 {
+		err := InNetns(path, func(*Handle) error {
+			if got := netnsIno(t, "/proc/thread-self/ns/net"); got != target {
+				t.Errorf("fn ran in netns %d, want the target %d", got, target)
+			}
+			if i%2 == 1 {
+				return failing
+			}
+			return nil
+		})
+		var want error // errors.Is(err, nil) holds only for a nil err
+		if i%2 == 1 {
+			want = failing
+		}
+		if !errors.Is(err, want) {
+			t.Errorf("InNetns #%d = %v, want %v", i, err, want)
+		}
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		if task.Name() == holder {
+			continue
+		}
+		ino, err := os.Stat("/proc/self/task/" + task.Name() + "/ns/net")
+		if err != nil {
+			continue // the thread ended meanwhile
+		}
+		if ino.Sys().(*syscall.Stat_t).Ino == target {
+			t.Errorf("thread %s is still in the target netns after InNetns returned", task.Name())
 		}
 	}
 }

@@ -31,12 +31,16 @@ type Handle struct {
 // at path. A path that does not exist (or is no longer a netns) yields an
 // error wrapping ErrNetnsGone.
 //
-// fn runs on a new goroutine locked to its OS thread, and the thread never
-// comes back: it ends with the goroutine, so no other goroutine ever runs
-// in the pod's netns and the caller's thread never leaves its own. Coming
-// back would need the thread's own netns opened through /proc first, which
-// costs more in a short-lived plugin than the runtime's replacing the
-// thread. setns itself tells whether path is a netns.
+// fn runs on a new goroutine locked to its OS thread, so the caller's
+// thread never leaves its own netns. The thread's own netns is opened first
+// and entered again after fn; only then is the thread unlocked and handed
+// back to the runtime. If it cannot return, it stays locked and ends with
+// the goroutine, so no other goroutine ever runs in the pod's netns.
+// Returning costs an open and a setns; ending the thread cost more: the
+// runtime must wake or create another thread for the caller, and when the
+// hop ran on the main thread that thread stays parked for good. setns itself
+// tells whether path is a netns.
+// Equivalent to: nsenter --net=$path …
 func InNetns(path string, fn func(h *Handle) error) error {
 	target, err := openNetns(path)
 	if err != nil {
@@ -45,9 +49,17 @@ func InNetns(path string, fn func(h *Handle) error) error {
 	defer unix.Close(target)
 	done := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: see above
+		runtime.LockOSThread()
 		stackgrow.Grow()
-		done <- runInNetns(target, path, fn)
+		back, openErr := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		err := runInNetns(target, path, fn)
+		if openErr == nil {
+			if unix.Setns(back, unix.CLONE_NEWNET) == nil {
+				runtime.UnlockOSThread() // home again: the thread may serve others
+			}
+			unix.Close(back)
+		}
+		done <- err
 	}()
 	return <-done
 }
