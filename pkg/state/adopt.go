@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -26,20 +27,21 @@ import (
 // hold one.
 func (s *Store) Adopt(old, network string) (moved int, err error) {
 	from := NewStore(old)
-	names, err := recordNames(from.recordDir())
-	if err != nil || len(names) == 0 {
-		if err == nil {
-			_ = unix.Rmdir(from.recordDir()) // fails while a writer's temp file is there
-		}
-		return 0, err
+	entries, err := os.ReadDir(from.recordDir())
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil // the usual case, on every run: one failed open
+	}
+	if err != nil {
+		return 0, fmt.Errorf("list records in %s: %w", from.recordDir(), err)
 	}
 	var errs []error
 	prefix := escape(network) + "_"
-	for _, name := range names {
-		if !strings.HasPrefix(name, prefix) && !strings.HasPrefix(name, "h-") {
+	for _, e := range entries {
+		name := e.Name()
+		if !isRecordFile(name) || !strings.HasPrefix(name, prefix) && !strings.HasPrefix(name, "h-") {
 			continue // another network's (a hashed name must be read to tell)
 		}
-		r, err := readRecord(from.recordDir() + "/" + name)
+		r, err := readRecord(filepath.Join(from.recordDir(), name))
 		if err != nil {
 			if !errors.Is(err, ErrNotFound) && strings.HasPrefix(name, prefix) {
 				errs = append(errs, err)
@@ -57,9 +59,7 @@ func (s *Store) Adopt(old, network string) (moved int, err error) {
 			moved++
 		}
 	}
-	if rest, err := recordNames(from.recordDir()); err == nil && len(rest) == 0 {
-		_ = unix.Rmdir(from.recordDir())
-	}
+	_ = unix.Rmdir(from.recordDir()) // fails while any record or a writer's temp file is left
 	return moved, errors.Join(errs...)
 }
 
@@ -99,23 +99,4 @@ func (s *Store) adoptOne(old *Store, k Key, pci string) (bool, error) {
 		return moved, err
 	}
 	return moved, oldLock.Free(k)
-}
-
-// recordNames lists the record files of a records directory; none when it
-// does not exist.
-func recordNames(dir string) ([]string, error) {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list records in %s: %w", dir, err)
-	}
-	var names []string
-	for _, e := range entries {
-		if isRecordFile(e.Name()) {
-			names = append(names, e.Name())
-		}
-	}
-	return names, nil
 }

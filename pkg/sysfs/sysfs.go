@@ -92,7 +92,7 @@ func (r Reader) ReadVF(addr string) (*VF, error) {
 	case err != unix.ENOENT:
 		return nil, fmt.Errorf("read physfn of %s: %w", addr, &fs.PathError{Op: "readlink", Path: filepath.Join(path, "physfn"), Err: err})
 	}
-	rdma, err := rdmaDevicesAt(dev, filepath.Join(path, "infiniband"), addr)
+	rdma, err := rdmaDevicesAt(dev, "infiniband", filepath.Join(path, "infiniband"), addr)
 	if err != nil {
 		return nil, err
 	}
@@ -184,17 +184,13 @@ func (r Reader) VFs(pf string) (map[int]string, error) {
 
 // RDMADevices reads every RDMA device of a PCI function, sorted by name.
 func (r Reader) RDMADevices(addr string) ([]RDMADevice, error) {
-	return rdmaDevicesAt(unix.AT_FDCWD, r.pciPath(addr, "infiniband"), addr)
+	path := r.pciPath(addr, "infiniband")
+	return rdmaDevicesAt(unix.AT_FDCWD, path, path, addr)
 }
 
-// rdmaDevicesAt reads the RDMA devices in path (relative to dir when dir is
-// not AT_FDCWD), reading each attribute relative to that directory. Errors
-// name path.
-func rdmaDevicesAt(dir int, path, addr string) ([]RDMADevice, error) {
-	rel := path
-	if dir != unix.AT_FDCWD {
-		rel = "infiniband"
-	}
+// rdmaDevicesAt reads the RDMA devices in the infiniband/ directory rel of
+// dir, each attribute relative to it. Errors name path, its full path.
+func rdmaDevicesAt(dir int, rel, path, addr string) ([]RDMADevice, error) {
 	ib, err := openRetry(dir, rel, unix.O_DIRECTORY)
 	if err == unix.ENOENT {
 		return nil, nil
