@@ -182,10 +182,26 @@ func netnsIno(t *testing.T, path string) uint64 {
 	return st.Ino
 }
 
-// TestInNetnsReturnsItsThread: fn runs in the target netns, and afterwards,
-// whether fn succeeded or not, no thread of the process but the one that
-// made the target is left in it: InNetns hands a thread back to the runtime
-// only once it is home again.
+// socketNetnsIno is the inode number of the netns a socket lives in.
+func socketNetnsIno(t *testing.T, fd int) uint64 {
+	t.Helper()
+	ns, err := unix.IoctlRetInt(fd, unix.SIOCGSKNS)
+	if err != nil {
+		t.Fatalf("SIOCGSKNS: %v", err)
+	}
+	defer unix.Close(ns)
+	var st unix.Stat_t
+	if err := unix.Fstat(ns, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
+}
+
+// TestInNetnsReturnsItsThread: the handle's sockets, netlink and the one
+// ethtool asks through, live in the target netns, while fn runs on a
+// thread at home; and afterwards, whether fn succeeded or not, no thread of
+// the process but the one that made the target is in it: a hop hands its
+// thread back to the runtime only once it is home again.
 func TestInNetnsReturnsItsThread(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("needs root to make a network namespace (make test runs as root)")
@@ -209,11 +225,23 @@ func TestInNetnsReturnsItsThread(t *testing.T) {
 	defer func() { close(stop); <-holderDone }()
 	holder := filepath.Base(filepath.Dir(filepath.Dir(path)))
 	target := netnsIno(t, path)
+	home := netnsIno(t, "/proc/thread-self/ns/net") // every thread the runtime may run fn on
 	failing := errors.New("fn failed")
 	for i := range 20 {
-		err := InNetns(path, func(*Handle) error {
-			if got := netnsIno(t, "/proc/thread-self/ns/net"); got != target {
-				t.Errorf("fn ran in netns %d, want the target %d", got, target)
+		err := InNetns(path, func(h *Handle) error {
+			if got := socketNetnsIno(t, h.nl.fd); got != target {
+				t.Errorf("the netlink socket is in netns %d, want the target %d", got, target)
+			}
+			fd, err := h.socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				t.Fatalf("socket: %v", err)
+			}
+			if got := socketNetnsIno(t, fd); got != target {
+				t.Errorf("the ethtool socket is in netns %d, want the target %d", got, target)
+			}
+			unix.Close(fd)
+			if got := netnsIno(t, "/proc/thread-self/ns/net"); got != home {
+				t.Errorf("fn ran in netns %d, want its caller's %d", got, home)
 			}
 			if i%2 == 1 {
 				return failing

@@ -14,8 +14,6 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
-
-	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/stackgrow"
 )
 
 // ErrNetnsGone reports a network namespace path that no longer exists.
@@ -25,43 +23,82 @@ var ErrNetnsGone = errors.New("network namespace is gone")
 type Handle struct {
 	nl   *rtnl
 	path string
+	ns   int // the netns's fd, for sockets opened later; -1 for the host's
 }
 
-// InNetns runs fn with a NETLINK_ROUTE handle inside the network namespace
-// at path. A path that does not exist (or is no longer a netns) yields an
-// error wrapping ErrNetnsGone.
+// InNetns runs fn with a NETLINK_ROUTE handle whose socket lives in the
+// network namespace at path. A path that does not exist (or is no longer a
+// netns) yields an error wrapping ErrNetnsGone.
 //
-// fn runs on a new goroutine locked to its OS thread, so the caller's
-// thread never leaves its own netns. The thread's own netns is opened first
-// and entered again after fn; only then is the thread unlocked and handed
-// back to the runtime. If it cannot return, it stays locked and ends with
-// the goroutine, so no other goroutine ever runs in the pod's netns.
-// Returning costs an open and a setns; ending the thread cost more: the
-// runtime must wake or create another thread for the caller, and when the
-// hop ran on the main thread that thread stays parked for good. setns itself
-// tells whether path is a netns.
+// Only the handle's sockets are opened inside the netns: a socket keeps the
+// netns it was created in, so fn itself runs where the caller does and no
+// thread stays in the pod's netns while fn runs. Each hop is short and on
+// the caller's own goroutine: lock the thread, enter, open the socket, go
+// home, unlock. A hop on a goroutine of its own made the runtime start a
+// thread for the waiting caller on every ADD (see hop for the one case that
+// keeps a thread locked).
 // Equivalent to: nsenter --net=$path …
 func InNetns(path string, fn func(h *Handle) error) error {
-	target, err := openNetns(path)
+	h, err := Open(path)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(target)
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		stackgrow.Grow()
-		back, openErr := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		err := runInNetns(target, path, fn)
-		if openErr == nil {
-			if unix.Setns(back, unix.CLONE_NEWNET) == nil {
-				runtime.UnlockOSThread() // home again: the thread may serve others
-			}
-			unix.Close(back)
+	defer h.Close()
+	return fn(h)
+}
+
+// Open opens a NETLINK_ROUTE handle in the network namespace at path, as
+// InNetns does. Close it when done.
+func Open(path string) (*Handle, error) {
+	target, err := openNetns(path)
+	if err != nil {
+		return nil, err
+	}
+	var nl *rtnl
+	err = hop(target, path, func() (err error) {
+		nl, err = dialRtnl()
+		return err
+	})
+	if err != nil {
+		unix.Close(target)
+		return nil, err
+	}
+	return &Handle{nl: nl, path: path, ns: target}, nil
+}
+
+// ErrStranded reports a thread that entered a pod's netns and could not
+// return to its own. The calling goroutine stays locked to it, so the
+// runtime never hands that thread to other work, and it ends with the
+// goroutine. The plugin's process ends soon after; the monitor checks each
+// attachment on a goroutine of its own.
+var ErrStranded = errors.New("thread cannot return to its own network namespace")
+
+// hop runs open, which must only open sockets, with the calling thread in
+// the netns target, and brings the thread home again.
+func hop(target int, path string, open func() error) error {
+	runtime.LockOSThread()
+	home, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("open this thread's netns: %w", err)
+	}
+	defer unix.Close(home)
+	if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread() // setns failed: the thread never left
+		if err == unix.EINVAL {  // a file, or a netns bind mount whose netns was unmounted
+			return fmt.Errorf("netns %s is not a network namespace: %w", path, ErrNetnsGone)
 		}
-		done <- err
-	}()
-	return <-done
+		return fmt.Errorf("enter netns %s: %w", path, err)
+	}
+	openErr := open()
+	if err := unix.Setns(home, unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("leave netns %s: %w: %w", path, ErrStranded, err)
+	}
+	runtime.UnlockOSThread()
+	if openErr != nil {
+		return fmt.Errorf("open a socket in netns %s: %w", path, openErr)
+	}
+	return nil
 }
 
 // openNetns opens a netns path; a missing path is ErrNetnsGone.
@@ -80,19 +117,17 @@ func openNetns(path string) (int, error) {
 	}
 }
 
-func runInNetns(target int, path string, fn func(h *Handle) error) error {
-	if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
-		if err == unix.EINVAL { // a file, or a netns bind mount whose netns was unmounted
-			return fmt.Errorf("netns %s is not a network namespace: %w", path, ErrNetnsGone)
-		}
-		return fmt.Errorf("enter netns %s: %w", path, err)
+// socket opens a socket in the handle's netns.
+func (h *Handle) socket(domain, typ, proto int) (int, error) {
+	if h.ns < 0 {
+		return unix.Socket(domain, typ, proto)
 	}
-	nh, err := dialRtnl()
-	if err != nil {
-		return fmt.Errorf("open netlink in netns %s: %w", path, err)
-	}
-	defer nh.close()
-	return fn(&Handle{nl: nh, path: path})
+	fd := -1
+	err := hop(h.ns, h.path, func() (err error) {
+		fd, err = unix.Socket(domain, typ, proto)
+		return err
+	})
+	return fd, err
 }
 
 // OpenHere opens a NETLINK_ROUTE handle in the calling thread's current
@@ -102,11 +137,16 @@ func OpenHere() (*Handle, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open netlink: %w", err)
 	}
-	return &Handle{nl: nh, path: "(host)"}, nil
+	return &Handle{nl: nh, path: "(host)", ns: -1}, nil
 }
 
-// Close releases the handle's socket.
-func (h *Handle) Close() { h.nl.close() }
+// Close releases the handle's socket and netns.
+func (h *Handle) Close() {
+	h.nl.close()
+	if h.ns >= 0 {
+		unix.Close(h.ns)
+	}
+}
 
 // Taken reports whether a link of the handle's netns has name as its name
 // or an altname (the kernel resolves both). A lookup error counts as taken.
@@ -240,7 +280,7 @@ func (h *Handle) byBusInfo(links []netlink.Link, pci string) netlink.Link {
 		}
 		if fd < 0 {
 			var err error
-			if fd, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err != nil {
+			if fd, err = h.socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err != nil {
 				return nil
 			}
 		}
