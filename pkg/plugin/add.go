@@ -379,8 +379,7 @@ func (p *Plugin) savedGUIDIndex(a *attachment) *sysfs.GUIDIndex {
 		p.log.Warn("ignoring the saved GUID index; scanning", "err", err)
 		return nil
 	}
-	listing, err := p.sys.RDMAListing()
-	if err != nil || !idx.Current(p.sys.Root, listing) {
+	if ok, err := p.sys.Current(idx); err != nil || !ok {
 		return nil
 	}
 	for _, d := range a.vf.RDMA {

@@ -17,14 +17,18 @@ func BenchmarkScanGUIDs(b *testing.B) {
 	}
 }
 
-// BenchmarkRDMAListing is what ADD pays to reuse a saved GUID index
-// instead of scanning (plus reading the index file).
-func BenchmarkRDMAListing(b *testing.B) {
+// BenchmarkCurrent is what ADD pays to reuse a saved GUID index instead
+// of scanning (plus reading and decoding the index file).
+func BenchmarkCurrent(b *testing.B) {
 	n := sysfstest.NewDGXH200(b)
 	r := sysfs.Reader{Root: n.Root}
+	idx, err := r.ScanGUIDs()
+	if err != nil {
+		b.Fatal(err)
+	}
 	for b.Loop() {
-		if _, err := r.RDMAListing(); err != nil {
-			b.Fatal(err)
+		if ok, err := r.Current(idx); !ok || err != nil {
+			b.Fatal(ok, err)
 		}
 	}
 }

@@ -43,15 +43,67 @@ type GUIDIndex struct {
 // guidIndexHeader is the first line of an encoded index, with its version.
 const guidIndexHeader = "sriov-stable-cni guid-index 1"
 
-// RDMAListing lists class/infiniband with inode numbers, sorted by name.
-// No class directory (no RDMA stack loaded) is an empty listing.
-// Equivalent to: ls -i $root/class/infiniband
-func (r Reader) RDMAListing() ([]RDMAEntry, error) {
-	entries, dir, err := r.listClass()
-	if dir >= 0 {
-		unix.Close(dir)
+// Current reports whether idx was read under r's root and class/infiniband
+// still lists exactly its devices, each under the inode number it had. It
+// compares while it lists: each entry is looked up in the index, which is
+// sorted by name, so nothing is allocated or sorted. No class directory (no
+// RDMA stack loaded) matches an index of no devices.
+// Equivalent to: ls -i $root/class/infiniband, compared with the index
+func (r Reader) Current(idx *GUIDIndex) (bool, error) {
+	if idx.Root != r.Root {
+		return false, nil
 	}
-	return entries, err
+	classDir := filepath.Join(r.Root, "class", "infiniband")
+	dir, err := openRetry(unix.AT_FDCWD, classDir, unix.O_DIRECTORY)
+	if err == unix.ENOENT {
+		return len(idx.Entries) == 0, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("list RDMA devices: %w", &fs.PathError{Op: "open", Path: classDir, Err: err})
+	}
+	defer unix.Close(dir)
+	var buf [4096]byte
+	listed := 0
+	for {
+		n, err := unix.Getdents(dir, buf[:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("list RDMA devices: %w", &fs.PathError{Op: "readdirent", Path: classDir, Err: err})
+		}
+		if n <= 0 {
+			return listed == len(idx.Entries), nil
+		}
+		for b := buf[:n]; ; {
+			var name []byte
+			var ino uint64
+			var ok bool
+			if name, ino, b, ok = nextDirent(b); !ok {
+				break
+			}
+			if ino == 0 || string(name) == "." || string(name) == ".." {
+				continue
+			}
+			i, found := slices.BinarySearchFunc(idx.Entries, name, compareEntryName)
+			if !found || idx.Entries[i].Ino != ino {
+				return false, nil
+			}
+			listed++
+		}
+	}
+}
+
+// compareEntryName orders an entry against a name, without converting the
+// name to a string that would be allocated.
+func compareEntryName(e RDMAEntry, name []byte) int {
+	switch {
+	case e.Name < string(name):
+		return -1
+	case e.Name > string(name):
+		return 1
+	}
+	return 0
 }
 
 // listClass opens and lists class/infiniband, leaving it open (dir, or -1
@@ -99,11 +151,6 @@ func (r Reader) ScanGUIDs() (*GUIDIndex, error) {
 		}
 	}
 	return idx, nil
-}
-
-// Current reports whether the index was read under root and listing.
-func (idx *GUIDIndex) Current(root string, listing []RDMAEntry) bool {
-	return idx.Root == root && slices.Equal(idx.Entries, listing)
 }
 
 // Holders lists the devices whose node GUID is g, in the listing's order.
@@ -154,40 +201,50 @@ func (idx *GUIDIndex) MarshalText() ([]byte, error) {
 // UnmarshalText decodes what MarshalText wrote; anything else, including
 // another version's header, is an error.
 func (idx *GUIDIndex) UnmarshalText(data []byte) error {
-	text, ok := strings.CutSuffix(string(data), "\n")
+	// Cut by cut: device names are substrings of one copy of data, and
+	// nothing is allocated per line, since ADD decodes the index each time.
+	body, ok := strings.CutSuffix(string(data), "\n")
 	if !ok {
 		return fmt.Errorf("decode GUID index: no final newline (a torn write?)")
 	}
-	lines := strings.Split(text, "\n")
-	if lines[0] != guidIndexHeader {
+	header, rest, _ := strings.Cut(body, "\n")
+	if header != guidIndexHeader {
 		return fmt.Errorf("decode GUID index: not a %q file", guidIndexHeader)
 	}
-	if len(lines) < 2 || !strings.HasPrefix(lines[1], "root ") {
+	rootLine, rest, more := strings.Cut(rest, "\n")
+	root, ok := strings.CutPrefix(rootLine, "root ")
+	if !ok {
 		return fmt.Errorf("decode GUID index: line 2 is not a root line")
 	}
-	out := GUIDIndex{Root: strings.TrimPrefix(lines[1], "root "), GUIDs: map[string]GUID{}}
-	for i, text := range lines[2:] {
-		line := i + 3
-		f := strings.Fields(text)
-		if len(f) != 3 {
+	n := 0
+	if more {
+		n = strings.Count(rest, "\n") + 1
+	}
+	out := GUIDIndex{Root: root, Entries: make([]RDMAEntry, 0, n), GUIDs: make(map[string]GUID, n)}
+	for line := 3; more; line++ {
+		var text string
+		text, rest, more = strings.Cut(rest, "\n")
+		name, inoText, ok1 := strings.Cut(text, " ")
+		inoText, guidText, ok2 := strings.Cut(inoText, " ")
+		if !ok1 || !ok2 || name == "" || strings.Contains(guidText, " ") {
 			return fmt.Errorf("decode GUID index: line %d: want \"name inode guid\", got %q", line, text)
 		}
-		ino, err := strconv.ParseUint(f[1], 10, 64)
+		ino, err := strconv.ParseUint(inoText, 10, 64)
 		if err != nil {
 			return fmt.Errorf("decode GUID index: line %d: inode: %w", line, err)
 		}
-		if n := len(out.Entries); n > 0 && out.Entries[n-1].Name >= f[0] {
-			return fmt.Errorf("decode GUID index: line %d: %s is out of order", line, f[0])
+		if k := len(out.Entries); k > 0 && out.Entries[k-1].Name >= name {
+			return fmt.Errorf("decode GUID index: line %d: %s is out of order", line, name)
 		}
-		out.Entries = append(out.Entries, RDMAEntry{Name: f[0], Ino: ino})
-		if f[2] == "-" {
+		out.Entries = append(out.Entries, RDMAEntry{Name: name, Ino: ino})
+		if guidText == "-" {
 			continue
 		}
-		g, err := ParseGUID(f[2])
+		g, err := ParseGUID(guidText)
 		if err != nil {
 			return fmt.Errorf("decode GUID index: line %d: %w", line, err)
 		}
-		out.GUIDs[f[0]] = g
+		out.GUIDs[name] = g
 	}
 	*idx = out
 	return nil
@@ -214,24 +271,35 @@ func readDirEntries(dir int) ([]RDMAEntry, error) {
 	}
 }
 
-// appendDirents decodes linux_dirent64 records: inode (8 bytes), offset
-// (8), record length (2), type (1), then the NUL-terminated name.
+// appendDirents decodes the linux_dirent64 records of buf.
 func appendDirents(out []RDMAEntry, buf []byte) []RDMAEntry {
-	const nameOff = 19
-	for len(buf) >= nameOff {
-		reclen := int(binary.NativeEndian.Uint16(buf[16:18]))
-		if reclen < nameOff || reclen > len(buf) {
-			break
+	for {
+		name, ino, rest, ok := nextDirent(buf)
+		if !ok {
+			return out
 		}
-		ino := binary.NativeEndian.Uint64(buf[0:8])
-		name := buf[nameOff:reclen]
-		if i := slices.Index(name, 0); i >= 0 {
-			name = name[:i]
-		}
+		buf = rest
 		if s := string(name); s != "." && s != ".." && ino != 0 {
 			out = append(out, RDMAEntry{Name: s, Ino: ino})
 		}
-		buf = buf[reclen:]
 	}
-	return out
+}
+
+// nextDirent decodes the first linux_dirent64 record of buf: inode (8
+// bytes), offset (8), record length (2), type (1), then the NUL-terminated
+// name. ok is false when buf holds no whole record.
+func nextDirent(buf []byte) (name []byte, ino uint64, rest []byte, ok bool) {
+	const nameOff = 19
+	if len(buf) < nameOff {
+		return nil, 0, nil, false
+	}
+	reclen := int(binary.NativeEndian.Uint16(buf[16:18]))
+	if reclen < nameOff || reclen > len(buf) {
+		return nil, 0, nil, false
+	}
+	name = buf[nameOff:reclen]
+	if i := slices.Index(name, 0); i >= 0 {
+		name = name[:i]
+	}
+	return name, binary.NativeEndian.Uint64(buf[0:8]), buf[reclen:], true
 }

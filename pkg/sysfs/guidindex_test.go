@@ -1,6 +1,7 @@
 package sysfs_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,15 +47,11 @@ func TestScanGUIDsRoundTrip(t *testing.T) {
 	if diff := cmp.Diff(idx, &back); diff != "" {
 		t.Errorf("round trip (-want +got):\n%s", diff)
 	}
-	listing, err := r.RDMAListing()
-	if err != nil {
-		t.Fatalf("RDMAListing: %v", err)
+	if ok, err := r.Current(&back); !ok || err != nil {
+		t.Errorf("Current right after the scan = %v, %v; want true", ok, err)
 	}
-	if !back.Current(tree.Root, listing) {
-		t.Error("index not current right after the scan")
-	}
-	if back.Current(tree.Root+"/other", listing) {
-		t.Error("index current under another root")
+	if ok, err := (sysfs.Reader{Root: tree.Root + "/other"}).Current(&back); ok || err != nil {
+		t.Errorf("Current under another root = %v, %v; want false", ok, err)
 	}
 }
 
@@ -91,12 +88,8 @@ func TestGUIDIndexGoesStale(t *testing.T) {
 			t.Fatalf("ScanGUIDs: %v", err)
 		}
 		c.change()
-		listing, err := r.RDMAListing()
-		if err != nil {
-			t.Fatalf("RDMAListing: %v", err)
-		}
-		if got := idx.Current(tree.Root, listing); got != c.current {
-			t.Errorf("%s: Current = %v, want %v", c.name, got, c.current)
+		if got, err := r.Current(idx); got != c.current || err != nil {
+			t.Errorf("%s: Current = %v, %v; want %v", c.name, got, err, c.current)
 		}
 	}
 }
@@ -135,10 +128,16 @@ func TestGUIDIndexUnmarshalRejects(t *testing.T) {
 	}
 }
 
-func TestRDMAListingWithoutInfiniband(t *testing.T) {
-	got, err := sysfs.Reader{Root: t.TempDir()}.RDMAListing()
-	if err != nil || len(got) != 0 {
-		t.Errorf("RDMAListing with no class/infiniband = %v, %v; want empty, nil", got, err)
+// TestCurrentWithoutInfiniband: with no class/infiniband (no RDMA stack
+// loaded), an index of no devices is current and one of some devices is not.
+func TestCurrentWithoutInfiniband(t *testing.T) {
+	r := sysfs.Reader{Root: t.TempDir()}
+	if ok, err := r.Current(&sysfs.GUIDIndex{Root: r.Root}); !ok || err != nil {
+		t.Errorf("Current of an empty index = %v, %v; want true", ok, err)
+	}
+	idx := &sysfs.GUIDIndex{Root: r.Root, Entries: []sysfs.RDMAEntry{{Name: "mlx5_0", Ino: 1}}}
+	if ok, err := r.Current(idx); ok || err != nil {
+		t.Errorf("Current of an index with a device = %v, %v; want false", ok, err)
 	}
 }
 
@@ -165,4 +164,33 @@ func FuzzGUIDIndexUnmarshal(f *testing.F) {
 			t.Fatalf("round trip of %q (-first +second):\n%s", data, diff)
 		}
 	})
+}
+
+// TestCurrentAcrossReads: a class directory too long for one getdents
+// buffer is still compared entry by entry.
+func TestCurrentAcrossReads(t *testing.T) {
+	root := t.TempDir()
+	class := filepath.Join(root, "class", "infiniband")
+	if err := os.MkdirAll(class, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 300 {
+		if err := os.Symlink("../../devices/none", filepath.Join(class, fmt.Sprintf("mlx5_%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := sysfs.Reader{Root: root}
+	idx, err := r.ScanGUIDs()
+	if err != nil || len(idx.Entries) != 300 {
+		t.Fatalf("ScanGUIDs = %d entries, %v; want 300", len(idx.Entries), err)
+	}
+	if ok, err := r.Current(idx); !ok || err != nil {
+		t.Errorf("Current = %v, %v; want true", ok, err)
+	}
+	if err := os.Remove(filepath.Join(class, "mlx5_299")); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := r.Current(idx); ok || err != nil {
+		t.Errorf("Current after a removal = %v, %v; want false", ok, err)
+	}
 }
