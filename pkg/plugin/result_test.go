@@ -433,3 +433,42 @@ func TestDecodePrevResultAgreesWithLibrary(t *testing.T) {
 		}
 	}
 }
+
+// TestEncodeResultAgreesWithLibrary: the result ADD prints decodes to the
+// same JSON value as the library's encoding of it, over results with and
+// without IPs, routes and DNS, and with every interface field set.
+func TestEncodeResultAgreesWithLibrary(t *testing.T) {
+	results := []string{
+		`{"cniVersion":"1.1.0"}`,
+		`{"cniVersion":"1.1.0","interfaces":[{"name":"net1","mac":"00:11:22:33:44:55","mtu":4092,"sandbox":"/var/run/netns/x","socketPath":"/run/s","pciID":"0000:18:00.2"}]}`,
+		`{"cniVersion":"1.0.0","interfaces":[{"name":"net1"},{"name":"eth0","sandbox":""}],"ips":[{"address":"10.0.0.2/24","gateway":"10.0.0.1","interface":0},{"address":"fd00::2/64"}]}`,
+		`{"cniVersion":"1.1.0","routes":[{"dst":"0.0.0.0/0","gw":"10.0.0.1","mtu":1500,"advmss":1460,"priority":10,"table":100,"scope":0},{"dst":"10.1.0.0/16"}]}`,
+		`{"cniVersion":"1.1.0","dns":{"nameservers":["10.96.0.10"],"domain":"cluster.local","search":["svc.cluster.local"],"options":["ndots:5"]}}`,
+		`{"cniVersion":"1.1.0","dns":{"search":["a"]}}`,
+		`{"cniVersion":"1.1.0","interfaces":[],"ips":[],"routes":[],"dns":{}}`,
+	}
+	for _, in := range results {
+		res := &current.Result{}
+		if err := json.Unmarshal([]byte(in), res); err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		lib, err := json.Marshal(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ours, err := encodeResult(res)
+		if err != nil {
+			t.Fatalf("%s: encodeResult: %v", in, err)
+		}
+		var want, got any
+		if err := json.Unmarshal(lib, &want); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(ours, &got); err != nil {
+			t.Fatalf("%s: our encoding is not JSON: %v\n%s", in, err, ours)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s: encodeResult differs from the library (-lib +ours):\n%s", in, diff)
+		}
+	}
+}
