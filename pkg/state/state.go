@@ -4,7 +4,6 @@
 package state
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -20,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/digest"
 )
 
 // RecordVersion is the schema version written into new records.
@@ -86,7 +87,7 @@ func fileName(k Key) string {
 	name := escape(k.Network) + "_" + escape(k.ContainerID) + "_" + escape(k.IfName)
 	if len(name) > 200 {
 		// The escaped name is one-to-one with the key, so its hash is too.
-		sum := sha256.Sum256([]byte(name))
+		sum := digest.Sum256([]byte(name))
 		name = "h-" + hex.EncodeToString(sum[:])
 	}
 	return name + ".json"

@@ -1,6 +1,8 @@
 package state
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -727,5 +729,17 @@ func TestSaveOverDirectoryFails(t *testing.T) {
 	}
 	if len(entries) != 1 {
 		t.Errorf("records dir holds %v after a failed Save, want only the directory in the way", entries)
+	}
+}
+
+// TestLongKeyNameIsStable: an over-long key's file name is "h-" and the
+// SHA-256 of its escaped name, as every release so far wrote it; a record
+// written before an upgrade must be found under the same name after it.
+func TestLongKeyNameIsStable(t *testing.T) {
+	k := Key{Network: strings.Repeat("n", 150), ContainerID: strings.Repeat("c", 64), IfName: "net1"}
+	escaped := escape(k.Network) + "_" + escape(k.ContainerID) + "_" + escape(k.IfName)
+	sum := sha256.Sum256([]byte(escaped))
+	if got, want := fileName(k), "h-"+hex.EncodeToString(sum[:])+".json"; got != want {
+		t.Errorf("fileName = %s, want %s", got, want)
 	}
 }
