@@ -118,7 +118,7 @@ func fieldErr(field, format string, a ...any) error {
 // must come from the device info file or prevResult.
 func Parse(stdin []byte) (*NetConf, error) {
 	conf := &NetConf{}
-	if err := json.Unmarshal(stdin, conf); err != nil {
+	if err := decodeConf(stdin, conf); err != nil {
 		return nil, fieldErr("network configuration", "not valid JSON for this plugin: %v", err)
 	}
 	applyDefaults(conf)
@@ -153,7 +153,7 @@ func ParseLenient(stdin []byte) (*NetConf, error) {
 // decodeSkippingBadFields decodes stdin into a NetConf, dropping each
 // top-level field whose JSON type is wrong instead of losing them all.
 func decodeSkippingBadFields(stdin []byte) (*NetConf, error) {
-	if conf := (&NetConf{}); json.Unmarshal(stdin, conf) == nil {
+	if conf := (&NetConf{}); decodeConf(stdin, conf) == nil {
 		return conf, nil // the usual case: nothing to skip
 	}
 	var fields map[string]json.RawMessage
