@@ -79,7 +79,10 @@ func decodeConf(data []byte, c *NetConf) error {
 		if err != nil {
 			return err
 		}
-		key := tok.(string) // object keys are strings, or Token fails
+		key, ok := tok.(string) // Token fails on a key that is not a string
+		if !ok {
+			return fmt.Errorf("json: object key %v is not a string", tok)
+		}
 		if f := confField(c, key); f != nil {
 			if err := dec.Decode(f); err != nil {
 				return fmt.Errorf("%s: %w", key, err)
