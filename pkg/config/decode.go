@@ -1,12 +1,6 @@
 package config
 
-import (
-	"bytes"
-	"encoding/json"
-	"fmt"
-	"io"
-	"strings"
-)
+import "github.com/sriov-stable-cni/sriov-stable-cni/pkg/jsonwalk"
 
 // confFields names each top-level key of a network configuration and the
 // field of NetConf it fills: the JSON names of NetConf's fields, the
@@ -39,87 +33,28 @@ var confFields = []struct {
 	{"logLevel", func(c *NetConf) any { return &c.LogLevel }},
 }
 
+// confNames are confFields' names, in order, for jsonwalk.Match.
+var confNames = func() []string {
+	names := make([]string, len(confFields))
+	for i, f := range confFields {
+		names[i] = f.name
+	}
+	return names
+}()
+
 // confField is the field a key fills, matched as encoding/json matches
-// keys: exactly, else ignoring case; nil for a key the plugin does not know.
+// keys; nil for a key the plugin does not know.
 func confField(c *NetConf, key string) any {
-	for _, f := range confFields {
-		if f.name == key {
-			return f.field(c)
-		}
-	}
-	for _, f := range confFields {
-		if strings.EqualFold(f.name, key) {
-			return f.field(c)
-		}
+	if i := jsonwalk.Match(confNames, key); i >= 0 {
+		return confFields[i].field(c)
 	}
 	return nil
 }
 
-// decodeConf fills c from data as json.Unmarshal would, key by key in
-// document order (a repeated key's last value wins, unknown keys are
-// skipped), each value decoded into its field. encoding/json would first
-// build NetConf's field table by reflection: in a fresh process, as every
-// plugin run is, that alone cost ~0.1 ms here, twice the rest of the
-// decoding. A wrong type is reported with its key.
+// decodeConf fills c from data as json.Unmarshal would (see jsonwalk):
+// encoding/json would first build NetConf's field table by reflection, and
+// in a fresh process, as every plugin run is, that alone cost ~0.1 ms here,
+// twice the rest of the decoding.
 func decodeConf(data []byte, c *NetConf) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	switch tok {
-	case json.Delim('{'):
-	case nil: // null leaves the configuration as it is, as json.Unmarshal does
-		return expectEnd(dec)
-	default:
-		return fmt.Errorf("json: cannot unmarshal %s into Go value of type config.NetConf", jsonKind(tok))
-	}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		key, ok := tok.(string) // Token fails on a key that is not a string
-		if !ok {
-			return fmt.Errorf("json: object key %v is not a string", tok)
-		}
-		if f := confField(c, key); f != nil {
-			if err := dec.Decode(f); err != nil {
-				return fmt.Errorf("%s: %w", key, err)
-			}
-			continue
-		}
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return err
-		}
-	}
-	if _, err := dec.Token(); err != nil { // the closing brace
-		return err
-	}
-	return expectEnd(dec)
-}
-
-// expectEnd fails on anything but white space after the top-level value.
-func expectEnd(dec *json.Decoder) error {
-	if _, err := dec.Token(); err != io.EOF {
-		if err == nil {
-			err = fmt.Errorf("invalid character after top-level value")
-		}
-		return err
-	}
-	return nil
-}
-
-// jsonKind names a JSON token's kind as encoding/json's errors do.
-func jsonKind(tok json.Token) string {
-	switch tok.(type) {
-	case json.Delim:
-		return "array"
-	case string:
-		return "string"
-	case bool:
-		return "bool"
-	}
-	return "number"
+	return jsonwalk.Object(data, "config.NetConf", func(key string) any { return confField(c, key) })
 }

@@ -169,7 +169,7 @@ func decodePrevResult(ver string, raw []byte) (types.Result, error) {
 		return pc.PrevResult, nil
 	}
 	res := &current.Result{CNIVersion: ver} // kept when raw has no cniVersion
-	if err := json.Unmarshal(raw, res); err != nil {
+	if err := decodeResult(raw, res); err != nil {
 		return nil, err
 	}
 	if !slices.Contains(resultVersions, res.CNIVersion) {
