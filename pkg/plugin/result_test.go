@@ -440,6 +440,8 @@ func TestDecodePrevResultAgreesWithLibrary(t *testing.T) {
 func TestEncodeResultAgreesWithLibrary(t *testing.T) {
 	results := []string{
 		`{"cniVersion":"1.1.0"}`,
+		`{}`,
+		`{"cniVersion":"1.1.0","interfaces":[null,{"name":""},{"name":"a\u003cb>\u0026\u2028","mac":"\"q\"","mtu":-1}]}`,
 		`{"cniVersion":"1.1.0","interfaces":[{"name":"net1","mac":"00:11:22:33:44:55","mtu":4092,"sandbox":"/var/run/netns/x","socketPath":"/run/s","pciID":"0000:18:00.2"}]}`,
 		`{"cniVersion":"1.0.0","interfaces":[{"name":"net1"},{"name":"eth0","sandbox":""}],"ips":[{"address":"10.0.0.2/24","gateway":"10.0.0.1","interface":0},{"address":"fd00::2/64"}]}`,
 		`{"cniVersion":"1.1.0","routes":[{"dst":"0.0.0.0/0","gw":"10.0.0.1","mtu":1500,"advmss":1460,"priority":10,"table":100,"scope":0},{"dst":"10.1.0.0/16"}]}`,
@@ -452,23 +454,43 @@ func TestEncodeResultAgreesWithLibrary(t *testing.T) {
 		if err := json.Unmarshal([]byte(in), res); err != nil {
 			t.Fatalf("%s: %v", in, err)
 		}
-		lib, err := json.Marshal(res)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ours, err := encodeResult(res)
-		if err != nil {
-			t.Fatalf("%s: encodeResult: %v", in, err)
-		}
-		var want, got any
-		if err := json.Unmarshal(lib, &want); err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(ours, &got); err != nil {
-			t.Fatalf("%s: our encoding is not JSON: %v\n%s", in, err, ours)
-		}
-		if diff := cmp.Diff(want, got); diff != "" {
-			t.Errorf("%s: encodeResult differs from the library (-lib +ours):\n%s", in, diff)
-		}
+		checkEncodeResult(t, res)
 	}
+}
+
+func checkEncodeResult(t *testing.T, res *current.Result) {
+	t.Helper()
+	lib, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, err := encodeResult(res)
+	if err != nil {
+		t.Fatalf("%s: encodeResult: %v", lib, err)
+	}
+	var want, got any
+	if err := json.Unmarshal(lib, &want); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(ours, &got); err != nil {
+		t.Fatalf("%s: our encoding is not JSON: %v\n%s", lib, err, ours)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("%s: encodeResult differs from the library (-lib +ours):\n%s", lib, diff)
+	}
+}
+
+// FuzzEncodeResult: any result json.Unmarshal makes of the input encodes
+// to the same JSON value as the library's encoding.
+func FuzzEncodeResult(f *testing.F) {
+	for _, s := range resultCorpus {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		res := &current.Result{}
+		if json.Unmarshal(in, res) != nil {
+			return
+		}
+		checkEncodeResult(t, res)
+	})
 }
