@@ -1,13 +1,14 @@
 package config
 
 import (
-	"encoding/json"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/jsonwalk/jsonwalktest"
 )
 
 // jsonNames lists the keys encoding/json decodes into a struct type: tag
@@ -45,28 +46,25 @@ func jsonNames(t reflect.Type, taken map[string]bool) []string {
 	return append(names, embedded...)
 }
 
-// TestConfFieldsCoverNetConf: decodeConf knows every key encoding/json
+// TestConfKeysCoverNetConf: decodeConf knows every key encoding/json
 // would decode into NetConf, and no other.
-func TestConfFieldsCoverNetConf(t *testing.T) {
+func TestConfKeysCoverNetConf(t *testing.T) {
 	want := jsonNames(reflect.TypeFor[NetConf](), map[string]bool{})
-	var got []string
-	for _, f := range confFields {
-		got = append(got, f.name)
-	}
+	got := slices.Clone(confKeys.Names())
 	slices.Sort(want)
 	slices.Sort(got)
 	if diff := cmp.Diff(slices.Compact(want), got); diff != "" {
-		t.Errorf("confFields differ from NetConf's JSON keys (-struct +confFields):\n%s", diff)
+		t.Errorf("confKeys differ from NetConf's JSON keys (-struct +confKeys):\n%s", diff)
 	}
 	// Each entry points at a field of its own.
 	var c NetConf
 	seen := map[any]string{}
-	for _, f := range confFields {
-		p := reflect.ValueOf(f.field(&c)).Pointer()
+	for _, name := range confKeys.Names() {
+		p := reflect.ValueOf(confKeys.Field(&c, name)).Pointer()
 		if other, dup := seen[p]; dup {
-			t.Errorf("%s and %s fill the same field", other, f.name)
+			t.Errorf("%s and %s fill the same field", other, name)
 		}
-		seen[p] = f.name
+		seen[p] = name
 	}
 }
 
@@ -103,18 +101,7 @@ func TestDecodeConfAgreesWithUnmarshal(t *testing.T) {
 
 func checkDecodeConf(t *testing.T, in []byte) {
 	t.Helper()
-	var want, got NetConf
-	werr := json.Unmarshal(in, &want)
-	gerr := decodeConf(in, &got)
-	if (werr == nil) != (gerr == nil) {
-		t.Fatalf("%q: decodeConf error %v, json.Unmarshal error %v", in, gerr, werr)
-	}
-	if werr != nil {
-		return
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Fatalf("%q: decodeConf differs from json.Unmarshal (-Unmarshal +decodeConf):\n%s", in, diff)
-	}
+	jsonwalktest.AgreesWithUnmarshal(t, in, func() *NetConf { return &NetConf{} }, decodeConf)
 }
 
 // FuzzDecodeConf: decodeConf agrees with json.Unmarshal on any input.

@@ -65,9 +65,45 @@ func Fields(dec *json.Decoder, field func(key string) any) error {
 	return err
 }
 
-// Match is the index of key in names as encoding/json matches a key to a
+// Entry is one JSON key of a T and the field of a T it decodes into.
+type Entry[T any] struct {
+	name  string
+	field func(*T) any
+}
+
+// Key is the entry for name, decoded into what field returns.
+func Key[T any](name string, field func(*T) any) Entry[T] { return Entry[T]{name, field} }
+
+// Table is the JSON keys of a T, in the order given.
+type Table[T any] struct {
+	names []string
+	keys  []Entry[T]
+}
+
+// NewTable makes a table of keys.
+func NewTable[T any](keys ...Entry[T]) *Table[T] {
+	t := &Table[T]{keys: keys, names: make([]string, len(keys))}
+	for i, k := range keys {
+		t.names[i] = k.name
+	}
+	return t
+}
+
+// Names lists the table's keys in order.
+func (t *Table[T]) Names() []string { return t.names }
+
+// Field is the field of v that key decodes into, matched by match; nil for
+// a key the table does not hold.
+func (t *Table[T]) Field(v *T, key string) any {
+	if i := match(t.names, key); i >= 0 {
+		return t.keys[i].field(v)
+	}
+	return nil
+}
+
+// match is the index of key in names as encoding/json matches a key to a
 // struct field: exactly, else ignoring case; -1 when none matches.
-func Match(names []string, key string) int {
+func match(names []string, key string) int {
 	for i, n := range names {
 		if n == key {
 			return i

@@ -1,13 +1,14 @@
 package plugin
 
 import (
-	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/jsonwalk/jsonwalktest"
 )
 
 // structKeys lists a struct type's JSON keys in field order.
@@ -29,10 +30,10 @@ func structKeys(t reflect.Type) []string {
 // TestResultKeysMatchStructs: decodeResult knows exactly the keys
 // encoding/json would decode into current.Result and current.Interface.
 func TestResultKeysMatchStructs(t *testing.T) {
-	if diff := cmp.Diff(structKeys(reflect.TypeFor[current.Result]()), resultKeys); diff != "" {
+	if diff := cmp.Diff(structKeys(reflect.TypeFor[current.Result]()), resultKeys.Names()); diff != "" {
 		t.Errorf("resultKeys (-struct +ours):\n%s", diff)
 	}
-	if diff := cmp.Diff(structKeys(reflect.TypeFor[current.Interface]()), interfaceKeys); diff != "" {
+	if diff := cmp.Diff(structKeys(reflect.TypeFor[current.Interface]()), interfaceKeys.Names()); diff != "" {
 		t.Errorf("interfaceKeys (-struct +ours):\n%s", diff)
 	}
 }
@@ -62,18 +63,7 @@ func TestDecodeResultAgreesWithUnmarshal(t *testing.T) {
 
 func checkDecodeResult(t *testing.T, in []byte) {
 	t.Helper()
-	want, got := &current.Result{CNIVersion: "1.1.0"}, &current.Result{CNIVersion: "1.1.0"}
-	werr := json.Unmarshal(in, want)
-	gerr := decodeResult(in, got)
-	if (werr == nil) != (gerr == nil) {
-		t.Fatalf("%q: decodeResult error %v, json.Unmarshal error %v", in, gerr, werr)
-	}
-	if werr != nil {
-		return
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Fatalf("%q: decodeResult differs from json.Unmarshal (-Unmarshal +decodeResult):\n%s", in, diff)
-	}
+	jsonwalktest.AgreesWithUnmarshal(t, in, func() *current.Result { return &current.Result{CNIVersion: "1.1.0"} }, decodeResult)
 }
 
 // FuzzDecodeResult: decodeResult agrees with json.Unmarshal on any input.

@@ -39,7 +39,7 @@ type Handle struct {
 // keeps a thread locked).
 // Equivalent to: nsenter --net=$path …
 func InNetns(path string, fn func(h *Handle) error) error {
-	h, err := Open(path)
+	h, err := openHandle(path)
 	if err != nil {
 		return err
 	}
@@ -47,9 +47,9 @@ func InNetns(path string, fn func(h *Handle) error) error {
 	return fn(h)
 }
 
-// Open opens a NETLINK_ROUTE handle in the network namespace at path, as
-// InNetns does. Close it when done.
-func Open(path string) (*Handle, error) {
+// openHandle opens the handle InNetns lends fn: its NETLINK_ROUTE socket
+// is made in the netns at path, whose fd it keeps for later sockets.
+func openHandle(path string) (*Handle, error) {
 	target, err := openNetns(path)
 	if err != nil {
 		return nil, err
