@@ -28,7 +28,9 @@ LOG=$WORK/guest.log
 TIMEOUT=${LAB_TIMEOUT:-1200}
 # Modules the guest loads at boot; their dependencies are resolved with modinfo.
 MODULES=(virtio_pci 9pnet_virtio 9p igbvf igb veth)
-BACKPORTS_LINE="deb http://deb.debian.org/debian bookworm-backports main"
+# The backports archive of the host's Debian release (bookworm on this machine kind).
+CODENAME=$(. /etc/os-release && printf '%s' "${VERSION_CODENAME:-bookworm}")
+BACKPORTS_LINE="deb http://deb.debian.org/debian $CODENAME-backports main"
 APT_UPDATED=
 
 export DEBIAN_FRONTEND=noninteractive
@@ -64,18 +66,42 @@ qemu_has_igb() {
 		qemu-system-x86_64 -device help 2>/dev/null | grep -q '"igb"'
 }
 
+# qemu_release prints the archive to take qemu-system-x86 from: the host's
+# default when its candidate is >= 8.0 (igb), else <codename>-backports. With
+# -t the dependencies (qemu-system-common, -data, seabios) come from the same
+# archive; "pkg/release" pins only the named package and apt reports "held
+# broken packages" once backports moves ahead of the release.
+qemu_release() {
+	local cand
+	cand=$(apt-cache policy qemu-system-x86 | awk '/Candidate:/ { print $2; exit }')
+	if [ -n "$cand" ] && [ "$cand" != "(none)" ] && dpkg --compare-versions "$cand" ge 1:8.0; then
+		printf 'default'
+	else
+		printf '%s-backports' "$CODENAME"
+	fi
+}
+
 install_packages() {
-	local need=() p
+	local need=() p release
 	for p in busybox-static kmod cpio iproute2 xz-utils; do
 		installed "$p" || need+=("$p")
 	done
-	qemu_has_igb || need+=("qemu-system-x86/bookworm-backports")
-	[ ${#need[@]} -eq 0 ] && { say "packages already installed"; return 0; }
-	say "installing ${need[*]}"
+	if [ ${#need[@]} -eq 0 ] && qemu_has_igb; then say "packages already installed"; return 0; fi
 	apt_update_once
-	apt_private install -y -qq --no-install-recommends "${need[@]}" >"$WORK/apt.log" 2>&1 ||
-		{ tail -20 "$WORK/apt.log" >&2; die "apt-get install failed (full log: $WORK/apt.log)"; }
-	qemu_has_igb || die "installed QEMU has no igb device (need QEMU >= 8.0)"
+	if [ ${#need[@]} -gt 0 ]; then
+		say "installing ${need[*]}"
+		apt_private install -y -qq --no-install-recommends "${need[@]}" >"$WORK/apt.log" 2>&1 ||
+			{ tail -20 "$WORK/apt.log" >&2; die "apt-get install ${need[*]} failed (full log: $WORK/apt.log)"; }
+	fi
+	qemu_has_igb && return 0
+	release=$(qemu_release)
+	say "installing qemu-system-x86 from $release"
+	local target=()
+	[ "$release" = default ] || target=(-t "$release")
+	apt_private install -y -qq --no-install-recommends "${target[@]}" qemu-system-x86 >"$WORK/apt-qemu.log" 2>&1 ||
+		{ tail -20 "$WORK/apt-qemu.log" >&2; die "apt-get install -t $release qemu-system-x86 failed (full log: $WORK/apt-qemu.log)"; }
+	qemu_has_igb || die "qemu-system-x86 $(dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null) from $release has no igb device; the lab needs QEMU >= 8.0 (apt-cache policy qemu-system-x86 lists the archives offering it)"
+	say "qemu $(dpkg-query -W -f='${Version}' qemu-system-x86) has the igb device"
 }
 
 # kernel_package names the Debian kernel to boot: LAB_KERNEL, else the one
