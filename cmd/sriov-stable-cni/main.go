@@ -10,11 +10,9 @@ import (
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/buildinfo"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/cli"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/plugin"
-	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/stackgrow"
 )
 
 func main() {
-	stackgrow.Grow()
 	if os.Getenv("CNI_COMMAND") == "" {
 		os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
 	}

@@ -15,8 +15,6 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/stackgrow"
 )
 
 // ErrNoDevice reports a PCI address with no device under the sysfs root.
@@ -352,7 +350,6 @@ func Async[T any](read func() (T, error)) func() (T, error) {
 	var err error
 	go func() {
 		defer close(done)
-		stackgrow.Grow()
 		v, err = read()
 	}()
 	return func() (T, error) {
