@@ -89,12 +89,14 @@ fuzz:
 	done
 
 ## bench: what the plugin costs a pod start, beside tuning and a do-nothing chained plugin (integration/bench,
-## README "Performance"); privileged, in private namespaces. Exits 1 when a target is missed. Not part of test:
-## timings are not tests. BENCH_FLAGS passes flags, e.g. BENCH_FLAGS='-rounds 400'.
+## docs/performance.md); privileged, in private namespaces. Exits 1 when a target is missed. Not part of test:
+## timings are not tests. BASELINE=FILE adds another sriov-stable-cni binary as a fifth chain (an A/B in one run);
+## BENCH_FLAGS passes other flags, e.g. BENCH_FLAGS='-rounds 400'.
 BENCH_FLAGS ?=
+BASELINE    ?=
 bench: build tools
 	$(GOBUILD) -o $(BIN)/noop-chained ./integration/testplugins/noop-chained
-	$(GO) run ./integration/bench -bin-dir $(BIN) $(BENCH_FLAGS)
+	$(GO) run ./integration/bench -bin-dir $(BIN) $(if $(BASELINE),-baseline $(abspath $(BASELINE))) $(BENCH_FLAGS)
 
 clean:
 	rm -rf $(BIN)

@@ -50,7 +50,7 @@ func parseFlags() options {
 	flag.StringVar(&o.cniVersion, "cni-version", "1.1.0", "cniVersion of the chains (CHECK needs 0.4.0 or later)")
 	flag.StringVar(&o.tuning, "tuning", "realistic", `tuning's configuration: "realistic" (sets mtu and a sysctl) or "empty"`)
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the interleaving order")
-	flag.StringVar(&o.baseline, "baseline", "", "another sriov-stable-cni binary (say, before a change) to run as a fifth chain, for an A/B in the same run")
+	flag.StringVar(&o.baseline, "baseline", "", "another sriov-stable-cni binary (say, before a change) to run as a fifth chain, for an A/B in the same run (make bench BASELINE=FILE)")
 	flag.Parse()
 	return o
 }

@@ -18,7 +18,7 @@ type report struct {
 	sizes    map[string]int64
 }
 
-// target is one of issue 7's goals with what this run measured.
+// target is one of the bench's goals with what this run measured.
 type target struct {
 	name     string
 	measured string
@@ -47,23 +47,27 @@ func (r *report) parallelOf(name string) *parallelResult {
 	return &parallelResult{name: name}
 }
 
+// targets are issue 15's: our overhead within 1.15× tuning's and 1.4× the
+// floor's for ADD and CHECK, and under a 32-way burst no failure and a
+// chain p99 within 1.1× that of host-device alone. RTNL serializes the
+// moves into the pod netns, so the burst is judged against the chain
+// without us, not against the serial median.
 func (r *report) targets() []target {
-	oursAdd, tunAdd, floorAdd := median(r.overhead("ours", "ADD")), median(r.overhead("tuning", "ADD")), median(r.overhead("floor", "ADD"))
-	oursChk, tunChk := median(r.overhead("ours", "CHECK")), median(r.overhead("tuning", "CHECK"))
-	p := r.parallelOf("ours")
-	serialMed := median(r.serial.get("ours").times["ADD"])
-	p99 := quantile(p.addLatency, 0.99)
-	verOurs, verTun := median(r.version[ours]), median(r.version[tuning])
-	return []target{
-		{"ADD overhead ≤ 1.0× tuning's", r.cmpCI("ADD", "tuning"), le(oursAdd, tunAdd, 1.0)},
-		{"ADD overhead ≤ 1.2× the floor's", r.cmpCI("ADD", "floor"), le(oursAdd, floorAdd, 1.2)},
-		{"CHECK overhead ≤ tuning's", r.cmpCI("CHECK", "tuning"), le(oursChk, tunChk, 1.0)},
-		{fmt.Sprintf("%d parallel ADDs: 0 failures", r.opts.parallel), fmt.Sprintf("%d ADD, %d DEL", p.addFails, p.delFails),
-			p.addFails+p.delFails == 0 && len(p.addLatency) > 0},
-		{"parallel ADD p99 ≤ 3× serial median ([host-device, ours] chain)", cmpText(p99, serialMed),
-			len(p.addLatency) > 0 && le(p99, serialMed, 3.0)},
-		{"VERSION exec ≤ 1.1× tuning's", cmpText(verOurs, verTun), le(verOurs, verTun, 1.1)},
+	var ts []target
+	for _, verb := range []string{"ADD", "CHECK"} {
+		ours, tun, floor := median(r.overhead("ours", verb)), median(r.overhead("tuning", verb)), median(r.overhead("floor", verb))
+		ts = append(ts,
+			target{verb + " overhead ≤ 1.15× tuning's", r.cmpCI(verb, "tuning"), le(ours, tun, 1.15)},
+			target{verb + " overhead ≤ 1.4× the floor's", r.cmpCI(verb, "floor"), le(ours, floor, 1.4)})
 	}
+	p, hd := r.parallelOf("ours"), r.parallelOf("host-device")
+	p99, hdP99 := quantile(p.addLatency, 0.99), quantile(hd.addLatency, 0.99)
+	complete := len(p.addLatency) > 0 && len(hd.addLatency) > 0
+	return append(ts,
+		target{fmt.Sprintf("%d parallel ADDs: 0 failures", r.opts.parallel), fmt.Sprintf("%d ADD, %d DEL", p.addFails, p.delFails),
+			p.addFails+p.delFails == 0 && complete},
+		target{"burst p99 of [host-device, ours] ≤ 1.1× [host-device]'s", cmpText(p99, hdP99), complete && le(p99, hdP99, 1.1)},
+	)
 }
 
 // cmpCI is cmpText of our overhead against a peer's for one verb, with the

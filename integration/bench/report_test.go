@@ -1,0 +1,80 @@
+package main
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// fakeReport is a report whose plugins took the given wall times (ms) for
+// every ADD and CHECK, and whose bursts had the given chain latencies.
+func fakeReport(tuningMs, floorMs, oursMs float64, hdBurst, oursBurst []time.Duration, burstFails int) *report {
+	samples := func(msec float64) map[string][]execSample {
+		m := map[string][]execSample{}
+		for _, verb := range verbs {
+			for range 20 {
+				m[verb] = append(m[verb], execSample{Wall: time.Duration(msec * float64(time.Millisecond))})
+			}
+		}
+		return m
+	}
+	return &report{
+		opts: options{parallel: len(oursBurst), seed: 1},
+		serial: &serialResult{variants: []*variant{
+			{name: "tuning", execs: samples(tuningMs)},
+			{name: "floor", execs: samples(floorMs)},
+			{name: "ours", execs: samples(oursMs)},
+		}},
+		parallel: []*parallelResult{
+			{name: "host-device", addLatency: hdBurst},
+			{name: "ours", second: ours, addLatency: oursBurst, addFails: burstFails},
+		},
+	}
+}
+
+func burst(msec ...float64) []time.Duration {
+	var out []time.Duration
+	for _, m := range msec {
+		out = append(out, time.Duration(m*float64(time.Millisecond)))
+	}
+	return out
+}
+
+// TestTargets checks each of issue 15's targets at and past its bound, so
+// the bench's exit code follows them.
+func TestTargets(t *testing.T) {
+	hd := burst(100, 200, 300, 400)
+	for _, tc := range []struct {
+		name                string
+		tuning, floor, ours float64
+		oursBurst           []time.Duration
+		fails               int
+		missed              []string
+	}{
+		{name: "all met", tuning: 3, floor: 2.5, ours: 3.3, oursBurst: burst(100, 200, 300, 420)},
+		{name: "over tuning", tuning: 3, floor: 2.6, ours: 3.5, oursBurst: hd,
+			missed: []string{"ADD overhead ≤ 1.15× tuning's", "CHECK overhead ≤ 1.15× tuning's"}},
+		{name: "over the floor", tuning: 3.2, floor: 2.0, ours: 3.0, oursBurst: hd,
+			missed: []string{"ADD overhead ≤ 1.4× the floor's", "CHECK overhead ≤ 1.4× the floor's"}},
+		{name: "burst p99", tuning: 3, floor: 2.5, ours: 3, oursBurst: burst(100, 200, 300, 450),
+			missed: []string{"burst p99 of [host-device, ours] ≤ 1.1× [host-device]'s"}},
+		{name: "burst failure", tuning: 3, floor: 2.5, ours: 3, oursBurst: hd, fails: 1,
+			missed: []string{"4 parallel ADDs: 0 failures"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := fakeReport(tc.tuning, tc.floor, tc.ours, hd, tc.oursBurst, tc.fails)
+			var missed []string
+			for _, tg := range r.targets() {
+				if !tg.ok {
+					missed = append(missed, tg.name)
+				}
+			}
+			if !slices.Equal(missed, tc.missed) {
+				t.Fatalf("missed %q, want %q", missed, tc.missed)
+			}
+			if r.passed() != (len(tc.missed) == 0) {
+				t.Errorf("passed() = %v with %d missed", r.passed(), len(missed))
+			}
+		})
+	}
+}
