@@ -62,7 +62,7 @@ image: build
 		-agent $(BIN)/sriov-stable-agent -ref $(IMAGE):$(IMAGE_TAG) -version $(VERSION) -arch $$($(GO) env GOARCH) -out $(IMAGE_TAR)
 	MKIMAGE_ARCHIVE=$(IMAGE_TAR) MKIMAGE_BINARY=$(BIN)/sriov-stable-cni MKIMAGE_AGENT=$(BIN)/sriov-stable-agent $(GO) test -count=1 -run '^TestImageArchive$$' ./tools/mkimage
 
-## lab: the QEMU SR-IOV lab (integration/lab/README.md): real igbvf VFs, the chain through libcni and Multus.
+## lab: the QEMU SR-IOV lab (docs/lab.md): real igbvf VFs, the chain through libcni and Multus.
 lab:
 	bash integration/lab/run.sh
 

@@ -301,7 +301,7 @@ func TestBrokenDGXH200FindsEveryFault(t *testing.T) {
 		return
 	}
 	if out := os.Getenv("DOCTOR_SAMPLE_OUT"); out != "" {
-		// make docs: the README's sample output comes from this test.
+		// docs/doctor.md's sample output comes from this test (DOCTOR_SAMPLE_OUT=FILE).
 		if err := os.WriteFile(out, []byte(text(t, rep)), 0o644); err != nil {
 			t.Fatal(err)
 		}

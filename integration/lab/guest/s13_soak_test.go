@@ -230,7 +230,7 @@ func (s *soakStats) cycle(e *env, udev *udevStandIn, v vf, i int) {
 
 	if renameAfter {
 		// A name of this VF's own: VFs that return from destroyed pods under
-		// one shared non-pod name race on the host without udev (README).
+		// one shared non-pod name race on the host without udev (docs/reliability.md).
 		err := renameInPod(a, fmt.Sprintf("rogue%d", v.Index))
 		if err == nil {
 			err = a.checkOurs()
