@@ -27,7 +27,6 @@ func TestImportGraphIsLean(t *testing.T) {
 		{mod + "pkg/doctor", "an operator command: sriov-stable-agent doctor"},
 		{mod + "pkg/hostconfig", "an operator command: sriov-stable-agent hostconfig (and it pulls in YAML)"},
 		{mod + "pkg/monitor", "the agent's drift monitor (and it pulls in Prometheus)"},
-		{mod + "pkg/nodecli", "the agent's doctor and hostconfig commands"},
 	}
 	deps := strings.Fields(string(out))
 	if len(deps) < 10 {

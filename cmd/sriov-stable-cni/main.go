@@ -1,20 +1,27 @@
 // Command sriov-stable-cni is the chained CNI plugin. Run by a runtime
-// (CNI_COMMAND set) it speaks CNI; run by a person it is a small CLI.
+// (CNI_COMMAND set) it speaks CNI; run by a person it is a small CLI
+// (cli.go): version, help and install.
 package main
 
 import (
+	"context"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/buildinfo"
-	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/cli"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/plugin"
 )
 
 func main() {
-	if os.Getenv("CNI_COMMAND") == "" {
-		os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
+	if os.Getenv("CNI_COMMAND") != "" {
+		skel.PluginMainFuncs(plugin.Funcs(), plugin.Versions, buildinfo.About(plugin.Name))
+		return
 	}
-	skel.PluginMainFuncs(plugin.Funcs(), plugin.Versions, buildinfo.About(plugin.Name))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }

@@ -1,7 +1,6 @@
 package install
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -29,32 +28,42 @@ var testVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
 const helperMode = "SRIOV_INSTALL_TEST_MODE"
 
 // TestMain lets the test binary stand in for sriov-stable-cni: run with
-// CNI_COMMAND=VERSION it answers like the plugin (through the real skel), and
-// in helper mode it runs the install command, so the copy the installer
-// verifies is a real executable.
+// CNI_COMMAND=VERSION it answers like the plugin (through the real skel), so
+// the copy the installer verifies is a real executable. In the read-only
+// helper mode it installs itself into a directory it sees read-only.
 func TestMain(m *testing.M) {
 	if os.Getenv("CNI_COMMAND") == "VERSION" {
 		skel.PluginMainFuncs(skel.CNIFuncs{}, version.PluginSupports(testVersions...), "install test plugin")
 		os.Exit(0)
 	}
-	switch os.Getenv(helperMode) {
-	case "run":
-		os.Exit(Run(os.Args[1:], os.Stdout, os.Stderr, testVersions))
-	case "readonly":
-		// Runs in a private mount namespace (see runReadOnly): make the
-		// directory read-only for this process only, then install into it.
-		dir := os.Getenv("SRIOV_INSTALL_TEST_DIR")
-		if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
-			os.Stderr.WriteString("helper: bind mount: " + err.Error() + "\n")
-			os.Exit(90)
-		}
-		if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
-			os.Stderr.WriteString("helper: remount read-only: " + err.Error() + "\n")
-			os.Exit(90)
-		}
-		os.Exit(Run(os.Args[1:], os.Stdout, os.Stderr, testVersions))
+	if os.Getenv(helperMode) == "readonly" {
+		os.Exit(installReadOnly(os.Getenv("SRIOV_INSTALL_TEST_DIR")))
 	}
 	os.Exit(m.Run())
+}
+
+// installReadOnly runs in a private mount namespace (see runReadOnly): it
+// makes dir read-only for this process only, then installs itself into it,
+// printing the error and exiting 1 when that fails.
+func installReadOnly(dir string) int {
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+		os.Stderr.WriteString("helper: bind mount: " + err.Error() + "\n")
+		return 90
+	}
+	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+		os.Stderr.WriteString("helper: remount read-only: " + err.Error() + "\n")
+		return 90
+	}
+	self, err := os.Executable()
+	if err != nil {
+		os.Stderr.WriteString("helper: " + err.Error() + "\n")
+		return 90
+	}
+	if _, err := Install(context.Background(), Options{Source: self, Dir: dir, Versions: testVersions}); err != nil {
+		os.Stderr.WriteString(err.Error() + "\n")
+		return 1
+	}
+	return 0
 }
 
 func self(t testing.TB) string {
@@ -347,16 +356,16 @@ func TestTargetIsDirectory(t *testing.T) {
 	}
 }
 
-// runReadOnly runs the install command in a child process that sees dir
-// bind-mounted read-only in its own mount namespace; the parent's view of
-// dir stays writable, so it can check afterwards that nothing was written.
+// runReadOnly runs Install in a child process that sees dir bind-mounted
+// read-only in its own mount namespace; the parent's view of dir stays
+// writable, so it can check afterwards that nothing was written.
 func runReadOnly(t *testing.T, dir string) (code int, stderr string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (CAP_SYS_ADMIN) to bind-mount a directory read-only in a private mount namespace; CI runs as root")
 	}
 	var errb bytes.Buffer
-	cmd := exec.Command(self(t), "--cni-bin-dir", dir)
+	cmd := exec.Command(self(t))
 	cmd.Env = append(os.Environ(), helperMode+"=readonly", "SRIOV_INSTALL_TEST_DIR="+dir)
 	cmd.Stderr = &errb
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
@@ -479,119 +488,5 @@ func TestValidateName(t *testing.T) {
 		if err := ValidateName(name); (err == nil) != ok {
 			t.Errorf("ValidateName(%q) = %v, want ok=%v", name, err, ok)
 		}
-	}
-}
-
-func TestRunUsage(t *testing.T) {
-	missing := filepath.Join(t.TempDir(), "missing")
-	for _, tc := range []struct {
-		name       string
-		args       []string
-		wantCode   int
-		wantStdout string
-		wantStderr string
-	}{
-		{"no dir", nil, 2, "", "--cni-bin-dir is required"},
-		{"bad name", []string{"--cni-bin-dir", "/tmp", "--name", "../evil"}, 2, "", "not a plain file name"},
-		{"unknown flag", []string{"--cni-bin-dri", "/tmp"}, 2, "", "flag provided but not defined"},
-		{"stray argument", []string{"--cni-bin-dir", "/tmp", "now"}, 2, "", `unexpected argument "now"`},
-		{"help", []string{"--help"}, 0, "usage: sriov-stable-cni install", ""},
-		{"missing dir", []string{"--cni-bin-dir", missing}, 1, "", "does not exist"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var out, errb bytes.Buffer
-			code := Run(tc.args, &out, &errb, testVersions)
-			if code != tc.wantCode || !strings.Contains(out.String(), tc.wantStdout) || !strings.Contains(errb.String(), tc.wantStderr) {
-				t.Errorf("exit %d, stdout %q, stderr %q; want %d, stdout ~%q, stderr ~%q",
-					code, out.String(), errb.String(), tc.wantCode, tc.wantStdout, tc.wantStderr)
-			}
-		})
-	}
-}
-
-func TestRunInstallsThisBinary(t *testing.T) {
-	dir := t.TempDir()
-	var out, errb bytes.Buffer
-	if code := Run([]string{"--cni-bin-dir", dir}, &out, &errb, testVersions); code != 0 {
-		t.Fatalf("exit %d, stderr %q", code, errb.String())
-	}
-	if !strings.Contains(out.String(), "installed "+filepath.Join(dir, DefaultName)) {
-		t.Errorf("stdout %q does not report the install", out.String())
-	}
-	if !bytes.Equal(readFile(t, filepath.Join(dir, DefaultName)), readFile(t, self(t))) {
-		t.Error("installed file is not the running executable")
-	}
-	out.Reset()
-	if code := Run([]string{"--cni-bin-dir", dir}, &out, &errb, testVersions); code != 0 || !strings.Contains(out.String(), "unchanged") {
-		t.Errorf("second run: exit %d, stdout %q; want 0 and unchanged", code, out.String())
-	}
-}
-
-func TestRunWaitBlocksUntilSignal(t *testing.T) {
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
-		t.Run(sig.String(), func(t *testing.T) {
-			dir := t.TempDir()
-			cmd := exec.Command(self(t), "--cni-bin-dir", dir, "--wait")
-			cmd.Env = append(os.Environ(), helperMode+"=run")
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			var errb bytes.Buffer
-			cmd.Stderr = &errb
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { cmd.Process.Kill() })
-
-			lines := make(chan string)
-			go func() {
-				defer close(lines)
-				sc := bufio.NewScanner(stdout)
-				for sc.Scan() {
-					lines <- sc.Text()
-				}
-			}()
-			waitFor := func(substr string) {
-				t.Helper()
-				deadline := time.After(30 * time.Second)
-				for {
-					select {
-					case l, ok := <-lines:
-						if !ok {
-							t.Fatalf("helper closed stdout before %q; stderr %q", substr, errb.String())
-						}
-						if strings.Contains(l, substr) {
-							return
-						}
-					case <-deadline:
-						t.Fatalf("no %q from the helper within 30s", substr)
-					}
-				}
-			}
-			waitFor("waiting for SIGTERM")
-			if _, err := os.Stat(filepath.Join(dir, DefaultName)); err != nil {
-				t.Fatalf("not installed before waiting: %v", err)
-			}
-			if err := cmd.Process.Signal(sig); err != nil {
-				t.Fatal(err)
-			}
-			waitFor("signal received")
-			for range lines {
-			}
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Fatalf("helper exited with %v; stderr %q", err, errb.String())
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("helper did not exit after the signal")
-			}
-			if _, err := os.Stat(filepath.Join(dir, DefaultName)); err != nil {
-				t.Errorf("binary gone after the signal: %v", err)
-			}
-		})
 	}
 }
