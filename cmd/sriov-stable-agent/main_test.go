@@ -35,6 +35,8 @@ func TestCommandLine(t *testing.T) {
 	}{
 		{nil, 2, "sriov-stable-agent monitor"},
 		{[]string{"version"}, 0, "commit:"},
+		{[]string{"--version"}, 0, "commit:"},
+		{[]string{"version", "extra"}, 2, `sriov-stable-agent version: unexpected argument "extra"`},
 		{[]string{"help"}, 0, "monitor [flags]"},
 		{[]string{"help"}, 0, "hostconfig [flags]"},
 		{[]string{"doctor", "--help"}, 0, "usage: sriov-stable-agent doctor [flags]"},
@@ -43,7 +45,9 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"hostconfig", "--check"}, 2, "sriov-stable-agent hostconfig: --spec is required"},
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 		{[]string{"monitor", "--help"}, 0, "-stale-grace"},
-		{[]string{"monitor", "--bogus"}, 2, "--help"},
+		{[]string{"monitor", "--help"}, 0, "doctor: expected link layer"},
+		{[]string{"monitor", "--bogus"}, 2, `flag provided but not defined: -bogus
+run "sriov-stable-agent monitor --help" for the flags`},
 		{[]string{"monitor", "--state-dir", state, "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"monitor", "--state-dir", state, "--interval=-1s"}, 2, "interval -1s is negative"},
 		{[]string{"monitor", "--state-dir", state, "--interval=1s", "--check-timeout=2s"}, 2, "at most the interval"},
@@ -55,6 +59,9 @@ func TestCommandLine(t *testing.T) {
 		code, out, errOut := runAgent(context.Background(), tc.args...)
 		if code != tc.code || !strings.Contains(out+errOut, tc.output) {
 			t.Errorf("sriov-stable-agent %v: exit %d, want %d with %q in:\n%s%s", tc.args, code, tc.code, tc.output, out, errOut)
+		}
+		if code == 0 && errOut != "" || code != 0 && out != "" {
+			t.Errorf("sriov-stable-agent %v: exit %d with stdout %q, stderr %q: output belongs on stdout, errors on stderr", tc.args, code, out, errOut)
 		}
 	}
 }

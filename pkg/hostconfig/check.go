@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 )
 
@@ -73,11 +75,23 @@ type Checker struct {
 	// SysfsRoot is where the node's sysfs is mounted ("/sys").
 	SysfsRoot string
 	// AltNames, when set, returns the altnames of a host netdev; sysfs does
-	// not show them, so without it altnames are not checked. The CLI passes
-	// a netlink lookup in the host netns.
+	// not show them, so without it altnames are not checked. HostAltNames
+	// looks them up when the sysfs checked is this network namespace's.
 	AltNames func(ifname string) ([]string, error)
 	// ScriptPath is shown in remedies; "" means the spec's.
 	ScriptPath string
+}
+
+// HostAltNames returns the altnames of a netdev in the calling thread's
+// network namespace: a Checker's AltNames when SysfsRoot is this namespace's
+// /sys.
+// Equivalent to: ip -o link show dev $ifname (its "altname" fields)
+func HostAltNames(ifname string) ([]string, error) {
+	link, err := netlinksafe.LinkByName(ifname)
+	if err != nil {
+		return nil, fmt.Errorf("look up link %s: %w", ifname, err)
+	}
+	return link.Attrs().AltNames, nil
 }
 
 // Check compares the node under sysfsRoot with spec and returns what

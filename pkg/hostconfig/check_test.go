@@ -4,8 +4,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
@@ -227,5 +231,38 @@ func TestCheckErrors(t *testing.T) {
 	igb := newIGBBoot(t)
 	if _, err := Check(spec, igb.root()); err == nil || !strings.Contains(err.Error(), "found no SR-IOV capable PF") {
 		t.Errorf("match on a node without ConnectX-7: %v", err)
+	}
+}
+
+// HostAltNames reads altnames over netlink in the calling thread's network
+// namespace: here a private one holding a veth pair, one end with an altname.
+func TestHostAltNames(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates a link with an altname in a private network namespace (CI runs as root and must not skip this)")
+	}
+	netns, err := ns.TempNetNS()
+	if err != nil {
+		t.Fatalf("create network namespace: %v", err)
+	}
+	t.Cleanup(func() { netns.Close() })
+	const alt = "sriov-0000:18:00.2"
+	err = netns.Do(func(ns.NetNS) error {
+		link := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "ib0v0"}, PeerName: "peer0"}
+		if err := netlink.LinkAdd(link); err != nil {
+			return fmt.Errorf("add veth: %w", err)
+		}
+		if err := netlink.LinkAddAltName(link, alt); err != nil {
+			return fmt.Errorf("add altname: %w", err)
+		}
+		if got, err := HostAltNames("ib0v0"); err != nil || !slices.Equal(got, []string{alt}) {
+			t.Errorf("HostAltNames(ib0v0) = %v, %v; want [%s]", got, err, alt)
+		}
+		if got, err := HostAltNames("ib0v1"); err == nil || !strings.Contains(err.Error(), "look up link ib0v1") {
+			t.Errorf("HostAltNames(ib0v1) = %v, %v; want an error naming the link", got, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path"
 	"strings"
 
@@ -145,6 +146,19 @@ func ParseSpec(data []byte) (*Spec, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidSpec, err)
 	}
 	return &s, nil
+}
+
+// ReadSpec reads node.yaml from path and parses it with ParseSpec.
+func ReadSpec(path string) (*Spec, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read hostconfig spec: %w", err)
+	}
+	spec, err := ParseSpec(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return spec, nil
 }
 
 func (s *Spec) applyDefaults() {

@@ -2,6 +2,9 @@ package hostconfig
 
 import (
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -90,5 +93,25 @@ func TestParseSpecErrors(t *testing.T) {
 				t.Errorf("error\n  %v\nlacks\n  %s", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestReadSpec(t *testing.T) {
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(good, []byte("vfs: 8\npfs: [{pci: 0000:18:00.0}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte("vfs: 8\nbogus: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if spec, err := ReadSpec(good); err != nil || spec.VFs != 8 {
+		t.Errorf("ReadSpec(good) = %+v, %v", spec, err)
+	}
+	if _, err := ReadSpec(bad); !errors.Is(err, ErrInvalidSpec) || !strings.HasPrefix(err.Error(), bad+": invalid hostconfig spec") {
+		t.Errorf("ReadSpec(bad) = %v; want ErrInvalidSpec, prefixed with the path", err)
+	}
+	if _, err := ReadSpec(filepath.Join(dir, "none.yaml")); !errors.Is(err, fs.ErrNotExist) || !strings.HasPrefix(err.Error(), "read hostconfig spec: open ") {
+		t.Errorf("ReadSpec(missing) = %v; want fs.ErrNotExist, saying what was read", err)
 	}
 }

@@ -1,7 +1,8 @@
-package nodecli
+package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io/fs"
 	"os"
@@ -14,9 +15,7 @@ import (
 )
 
 func runHostconfigCmd(args ...string) (code int, stdout, stderr string) {
-	var out, errOut strings.Builder
-	code = Hostconfig(args, &out, &errOut)
-	return code, out.String(), errOut.String()
+	return runAgent(context.Background(), append([]string{"hostconfig"}, args...)...)
 }
 
 func writeSpec(t *testing.T, yaml string) string {
@@ -43,7 +42,7 @@ func TestHostconfigUsage(t *testing.T) {
 		{"stray argument", []string{"--spec", spec, "--check", "extra"}, 2, `unexpected argument "extra"`},
 		{"unknown flag", []string{"--specs", spec}, 2, "flag provided but not defined: -specs"},
 		{"help", []string{"--help"}, 0, "sriov-stable-agent hostconfig --spec node.yaml --out DIR"},
-		{"missing spec file", []string{"--spec", filepath.Join(t.TempDir(), "none.yaml"), "--check"}, 1, "read spec: open"},
+		{"missing spec file", []string{"--spec", filepath.Join(t.TempDir(), "none.yaml"), "--check"}, 1, "read hostconfig spec: open"},
 		{"bad spec", []string{"--spec", writeSpec(t, "vfs: 8\nlinkType: roce\npfs: [{pci: 0000:18:00.0}]\n"), "--check"}, 1,
 			`node.yaml: invalid hostconfig spec: linkType: "roce" is not one of infiniband, ethernet, auto`},
 		{"unresolvable offline", []string{"--spec", writeSpec(t, "vfs: 8\npfs: [{pci: 0000:18:00.0}]\n"), "--out", t.TempDir()}, 1,
@@ -62,7 +61,7 @@ func TestHostconfigUsage(t *testing.T) {
 // its golden files for the DGX H200, with the script executable.
 func TestHostconfigOut(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
-	code, stdout, stderr := runHostconfigCmd("--spec", filepath.Join("..", "hostconfig", "testdata", "dgx-h200-pci.yaml"), "--out", out)
+	code, stdout, stderr := runHostconfigCmd("--spec", filepath.Join("..", "..", "pkg", "hostconfig", "testdata", "dgx-h200-pci.yaml"), "--out", out)
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s%s", code, stdout, stderr)
 	}
@@ -71,7 +70,7 @@ func TestHostconfigOut(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, stdout)
 		}
 	}
-	golden := filepath.Join("..", "hostconfig", "testdata", "golden", "dgx-h200")
+	golden := filepath.Join("..", "..", "pkg", "hostconfig", "testdata", "golden", "dgx-h200")
 	wantFiles := readTree(t, golden)
 	gotFiles := readTree(t, out)
 	if len(gotFiles) != len(wantFiles) {

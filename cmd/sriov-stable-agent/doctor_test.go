@@ -1,6 +1,7 @@
-package nodecli
+package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -12,9 +13,7 @@ import (
 )
 
 func runDoctorCmd(args ...string) (code int, stdout, stderr string) {
-	var out, errOut strings.Builder
-	code = Doctor(args, &out, &errOut)
-	return code, out.String(), errOut.String()
+	return runAgent(context.Background(), append([]string{"doctor"}, args...)...)
 }
 
 func TestDoctorCommandExitCodes(t *testing.T) {
