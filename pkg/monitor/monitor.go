@@ -60,6 +60,24 @@ type Config struct {
 	Doctor         *doctor.Options
 	DoctorInterval time.Duration
 	Logger         *slog.Logger
+	// Notifiers hear of each change after the log and metrics have it.
+	Notifiers []Notifier
+}
+
+// Notifier hears of what the monitor concludes, as it changes: the node
+// agent's Kubernetes reporter is one (pod events, node condition, device
+// taints). Calls come from the monitor's goroutines, never under its lock,
+// one at a time per kind; a notifier that talks to a remote API must queue
+// and return at once, since a slow call delays the next sweep.
+type Notifier interface {
+	// Drift is called when an attachment's drift reasons change: the
+	// reasons newly seen, with their details, and those that cleared.
+	Drift(rec *state.Record, appeared []drift.Finding, cleared []drift.Reason)
+	// Repaired is called after the monitor put an attachment right: kind
+	// names the repair, detail says what changed.
+	Repaired(rec *state.Record, kind, detail string)
+	// Doctor is called after every completed doctor run with its report.
+	Doctor(rep *doctor.Report)
 }
 
 func (c *Config) applyDefaults() error {
@@ -208,7 +226,10 @@ func (m *Monitor) Sweep(ctx context.Context) {
 	}
 	wg.Wait()
 	now := time.Now()
-	expired := m.apply(recs, outcomes, now)
+	expired, notes := m.apply(recs, outcomes, now)
+	for _, note := range notes {
+		note()
+	}
 	for _, a := range expired {
 		m.removeStale(a)
 	}
@@ -272,12 +293,12 @@ func (m *Monitor) check(ctx context.Context, rec *state.Record) outcome {
 
 // apply folds one sweep's outcomes into the monitor's view and logs every
 // change once: a new drift reason, its recovery, a vanished netns, a check
-// that starts or stops failing. It returns the stale records past grace.
-func (m *Monitor) apply(recs []*state.Record, outcomes []outcome, now time.Time) []*attachment {
+// that starts or stops failing. It returns the stale records past grace,
+// and the notifier calls for the caller to make once the lock is released.
+func (m *Monitor) apply(recs []*state.Record, outcomes []outcome, now time.Time) (expired []*attachment, notes []func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	seen := make(map[state.Key]bool, len(recs))
-	var expired []*attachment
 	for i, rec := range recs {
 		key := rec.Key()
 		seen[key] = true
@@ -291,7 +312,9 @@ func (m *Monitor) apply(recs []*state.Record, outcomes []outcome, now time.Time)
 		o := outcomes[i]
 		switch {
 		case o.err == nil:
-			m.applyFindings(a, o.findings)
+			if note := m.applyFindings(a, o.findings); note != nil {
+				notes = append(notes, note)
+			}
 		case errors.Is(o.err, drift.ErrNetnsGone):
 			if a.status != StatusStale {
 				a.staleSince = now
@@ -318,14 +341,18 @@ func (m *Monitor) apply(recs []*state.Record, outcomes []outcome, now time.Time)
 			delete(m.atts, key)
 		}
 	}
-	return expired
+	return expired, notes
 }
 
-func (m *Monitor) applyFindings(a *attachment, findings []drift.Finding) {
+// applyFindings records an attachment's drift reasons, logs and counts
+// the changes, and returns the notifier call for them (nil when none).
+func (m *Monitor) applyFindings(a *attachment, findings []drift.Finding) func() {
 	now := map[drift.Reason]string{}
 	for _, f := range findings {
 		now[f.Reason] = f.Detail
 	}
+	var appeared []drift.Finding
+	var cleared []drift.Reason
 	for _, r := range drift.Reasons {
 		detail, drifting := now[r]
 		_, was := a.drift[r]
@@ -333,8 +360,10 @@ func (m *Monitor) applyFindings(a *attachment, findings []drift.Finding) {
 		case drifting && !was:
 			m.met.driftEvents.WithLabelValues(a.rec.Network, string(r)).Inc()
 			m.log.Warn("drift detected", append(attachmentAttrs(a.rec), "reason", string(r), "detail", detail)...)
+			appeared = append(appeared, drift.Finding{Reason: r, Detail: detail})
 		case !drifting && was:
 			m.log.Info("drift recovered", append(attachmentAttrs(a.rec), "reason", string(r))...)
+			cleared = append(cleared, r)
 		}
 	}
 	if a.status == StatusUnknown || a.status == StatusStale {
@@ -344,6 +373,15 @@ func (m *Monitor) applyFindings(a *attachment, findings []drift.Finding) {
 	a.status = StatusOK
 	if len(now) > 0 {
 		a.status = StatusDrifted
+	}
+	if len(appeared) == 0 && len(cleared) == 0 || len(m.cfg.Notifiers) == 0 {
+		return nil
+	}
+	rec := a.rec
+	return func() {
+		for _, n := range m.cfg.Notifiers {
+			n.Drift(rec, appeared, cleared)
+		}
 	}
 }
 
@@ -381,6 +419,13 @@ func (m *Monitor) RunDoctor(context.Context) {
 		return
 	}
 	rep, err := doctor.Run(*m.cfg.Doctor)
+	if err == nil {
+		defer func() {
+			for _, n := range m.cfg.Notifiers {
+				n.Doctor(rep)
+			}
+		}()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.doctorAt = time.Now()

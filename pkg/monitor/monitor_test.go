@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -397,5 +398,61 @@ func TestRunSweepsEveryInterval(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return after its context ended")
+	}
+}
+
+// recorder is a Notifier that keeps what it heard.
+type recorder struct {
+	mu      sync.Mutex
+	heard   []string
+	reports int
+}
+
+func (r *recorder) Drift(rec *state.Record, appeared []drift.Finding, cleared []drift.Reason) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, f := range appeared {
+		r.heard = append(r.heard, rec.ContainerID+" +"+string(f.Reason)+" "+f.Detail)
+	}
+	for _, c := range cleared {
+		r.heard = append(r.heard, rec.ContainerID+" -"+string(c))
+	}
+}
+
+func (r *recorder) Repaired(rec *state.Record, kind, detail string) {}
+
+func (r *recorder) Doctor(*doctor.Report) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reports++
+}
+
+// A notifier hears each drift change once, with its detail, and each
+// completed doctor run; never while the monitor holds its lock.
+func TestNotifierHearsChanges(t *testing.T) {
+	rec := &recorder{}
+	n := sysfstest.NewDGXH200(t)
+	f := newFixture(t, Config{Notifiers: []Notifier{rec}, Doctor: &doctor.Options{SysfsRoot: n.Root}})
+	r := record("ib-a", "c1", "/run/netns/pod1")
+	renamed := drift.Finding{Reason: drift.Renamed, Detail: "named eth3"}
+	port := drift.Finding{Reason: drift.PortDown, Detail: "no carrier"}
+	for _, findings := range [][]drift.Finding{nil, {renamed}, {renamed}, {renamed, port}, {port}, nil} {
+		_, notes := f.mon.apply([]*state.Record{r}, []outcome{{findings: findings}}, time.Now())
+		for _, note := range notes {
+			if !f.mon.mu.TryLock() {
+				t.Fatal("a notifier would be called under the monitor's lock")
+			}
+			f.mon.mu.Unlock()
+			note()
+		}
+	}
+	want := []string{"c1 +renamed named eth3", "c1 +port-down no carrier", "c1 -renamed", "c1 -port-down"}
+	if diff := cmp.Diff(want, rec.heard); diff != "" {
+		t.Errorf("heard (-want +got):\n%s", diff)
+	}
+	f.mon.RunDoctor(context.Background())
+	f.mon.RunDoctor(context.Background())
+	if rec.reports != 2 {
+		t.Errorf("heard %d doctor reports after 2 runs", rec.reports)
 	}
 }
