@@ -95,9 +95,6 @@ func Observe(exp Expect, sys sysfs.Reader) (*Observation, error) {
 		case err != nil:
 			return err
 		}
-		// Host sysfs, a dozen reads, in line: on another goroutine beside
-		// the netns hop they made CHECK slower, not faster (the bench's
-		// -baseline A/B), since that goroutine wants a thread of its own.
 		rdma, err := sys.RDMADevices(exp.PCI)
 		if err != nil {
 			return err

@@ -257,9 +257,11 @@ func (m *Monitor) Sweep(ctx context.Context) {
 }
 
 // check runs the drift checks of one record in its own goroutine and waits
-// at most the check timeout. A check that outlives its timeout keeps its
-// goroutine (a thread blocked entering a netns cannot be cancelled); until
-// it returns, later sweeps do not start another one for the same record.
+// at most the check timeout. A check can block in the kernel, where it
+// cannot be cancelled: a netlink request waiting for the RTNL lock a slow
+// driver holds, a sysfs read of a wedged device. One that outlives its
+// timeout keeps its goroutine; until it returns, later sweeps do not start
+// another one for the same record.
 func (m *Monitor) check(ctx context.Context, rec *state.Record) outcome {
 	key := rec.Key()
 	m.mu.Lock()

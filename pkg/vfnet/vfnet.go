@@ -8,157 +8,81 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"runtime"
 	"slices"
 	"strings"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
-// ErrNetnsGone reports a network namespace path that no longer exists.
+// ErrNetnsGone reports a network namespace path that no longer exists or
+// is not a network namespace.
 var ErrNetnsGone = errors.New("network namespace is gone")
 
-// Handle is a netlink handle bound to the namespace it was opened in.
+// Handle is a NETLINK_ROUTE handle whose socket lives in one network
+// namespace. A socket keeps the netns it was created in, so the handle's
+// requests reach that netns from whichever thread makes them.
 type Handle struct {
-	nl   *rtnl
+	nl   netlinksafe.Handle
+	ns   ns.NetNS // the handle's netns; nil for the caller's own
 	path string
-	ns   int // the netns's fd, for sockets opened later; -1 for the host's
 }
 
-// InNetns runs fn with a NETLINK_ROUTE handle whose socket lives in the
-// network namespace at path. A path that does not exist (or is no longer a
-// netns) yields an error wrapping ErrNetnsGone.
-//
-// Only the handle's sockets are opened inside the netns: a socket keeps the
-// netns it was created in, so fn itself runs where the caller does and no
-// thread stays in the pod's netns while fn runs. Each hop is short and on
-// the caller's own goroutine: lock the thread, enter, open the socket, go
-// home, unlock. A hop on a goroutine of its own made the runtime start a
-// thread for the waiting caller on every ADD (see hop for the one case that
-// keeps a thread locked).
-// Equivalent to: nsenter --net=$path …
+// InNetns runs fn with a handle whose socket lives in the network
+// namespace at path. Only the socket is opened inside the netns (netlink's
+// NewHandleAt enters it on a locked thread and comes back); fn itself runs
+// where the caller does, so host sysfs reads in fn see the host. A path
+// that does not exist or is not a netns yields an error wrapping
+// ErrNetnsGone, and fn does not run.
+// Equivalent to: ip -netns $path link …
 func InNetns(path string, fn func(h *Handle) error) error {
-	h, err := openHandle(path)
+	target, err := ns.GetNS(path)
+	var notExist ns.NSPathNotExistErr
+	var notNS ns.NSPathNotNSErr
+	if errors.As(err, &notExist) || errors.As(err, &notNS) {
+		return fmt.Errorf("netns %s: %w", path, ErrNetnsGone)
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("open netns %s: %w", path, err)
 	}
-	defer h.Close()
-	return fn(h)
-}
-
-// openHandle opens the handle InNetns lends fn: its NETLINK_ROUTE socket
-// is made in the netns at path, whose fd it keeps for later sockets.
-func openHandle(path string) (*Handle, error) {
-	target, err := openNetns(path)
+	defer target.Close()
+	nh, err := netlinksafe.NewHandleAt(netns.NsHandle(target.Fd()), unix.NETLINK_ROUTE)
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("open netlink in netns %s: %w", path, err)
 	}
-	var nl *rtnl
-	err = hop(target, path, func() (err error) {
-		nl, err = dialRtnl()
-		return err
-	})
-	if err != nil {
-		unix.Close(target)
-		return nil, err
-	}
-	return &Handle{nl: nl, path: path, ns: target}, nil
-}
-
-// ErrStranded reports a thread that entered a pod's netns and could not
-// return to its own. The calling goroutine stays locked to it, so the
-// runtime never hands that thread to other work, and it ends with the
-// goroutine. The plugin's process ends soon after; the monitor checks each
-// attachment on a goroutine of its own.
-var ErrStranded = errors.New("thread cannot return to its own network namespace")
-
-// hop runs open, which must only open sockets, with the calling thread in
-// the netns target, and brings the thread home again.
-func hop(target int, path string, open func() error) error {
-	runtime.LockOSThread()
-	home, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("open this thread's netns: %w", err)
-	}
-	defer unix.Close(home)
-	if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread() // setns failed: the thread never left
-		if err == unix.EINVAL {  // a file, or a netns bind mount whose netns was unmounted
-			return fmt.Errorf("netns %s is not a network namespace: %w", path, ErrNetnsGone)
-		}
-		return fmt.Errorf("enter netns %s: %w", path, err)
-	}
-	openErr := open()
-	if err := unix.Setns(home, unix.CLONE_NEWNET); err != nil {
-		return fmt.Errorf("leave netns %s: %w: %w", path, ErrStranded, err)
-	}
-	runtime.UnlockOSThread()
-	if openErr != nil {
-		return fmt.Errorf("open a socket in netns %s: %w", path, openErr)
-	}
-	return nil
-}
-
-// openNetns opens a netns path; a missing path is ErrNetnsGone.
-func openNetns(path string) (int, error) {
-	for {
-		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err == unix.ENOENT || err == unix.ENOTDIR:
-			return -1, fmt.Errorf("netns %s: %w", path, ErrNetnsGone)
-		case err != nil:
-			return -1, fmt.Errorf("open netns %s: %w", path, err)
-		}
-		return fd, nil
-	}
-}
-
-// socket opens a socket in the handle's netns.
-func (h *Handle) socket(domain, typ, proto int) (int, error) {
-	if h.ns < 0 {
-		return unix.Socket(domain, typ, proto)
-	}
-	fd := -1
-	err := hop(h.ns, h.path, func() (err error) {
-		fd, err = unix.Socket(domain, typ, proto)
-		return err
-	})
-	return fd, err
+	defer nh.Close()
+	return fn(&Handle{nl: nh, ns: target, path: path})
 }
 
 // OpenHere opens a NETLINK_ROUTE handle in the calling thread's current
-// netns. Close it when done.
+// netns (the host's, for the plugin). Close it when done.
 func OpenHere() (*Handle, error) {
-	nh, err := dialRtnl()
+	nh, err := netlinksafe.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("open netlink: %w", err)
 	}
-	return &Handle{nl: nh, path: "(host)", ns: -1}, nil
+	return &Handle{nl: nh, path: "(host)"}, nil
 }
 
-// Close releases the handle's socket and netns.
-func (h *Handle) Close() {
-	h.nl.close()
-	if h.ns >= 0 {
-		unix.Close(h.ns)
-	}
-}
+// Close releases the handle's socket. The handle InNetns lends fn is
+// closed by InNetns.
+func (h *Handle) Close() { h.nl.Close() }
 
 // Taken reports whether a link of the handle's netns has name as its name
 // or an altname (the kernel resolves both). A lookup error counts as taken.
 func (h *Handle) Taken(name string) bool {
-	_, err := h.nl.linkGet(0, name)
-	return !errors.Is(err, unix.ENODEV)
+	_, err := h.nl.LinkByName(name)
+	var nf netlink.LinkNotFoundError
+	return !errors.As(err, &nf)
 }
 
 // SetAlias sets the link's ifalias.
 // Equivalent to: ip link set dev $link alias $alias
 func (h *Handle) SetAlias(l netlink.Link, alias string) error {
-	if err := h.nl.linkSet(l.Attrs().Index, 0, 0, rtattr{unix.IFLA_IFALIAS, []byte(alias)}); err != nil {
+	if err := h.nl.LinkSetAlias(l, alias); err != nil {
 		return fmt.Errorf("set alias of %s in netns %s: %w", l.Attrs().Name, h.path, err)
 	}
 	return nil
@@ -226,7 +150,7 @@ func (e *AltNameConflictError) Error() string {
 // Locate finds the VF with PCI address pci: first by PCI parent, then by
 // ethtool bus-info, then by altName. It lists the links once.
 func (h *Handle) Locate(pci, altName string) (*Found, error) {
-	links, err := h.nl.linkList()
+	links, err := h.nl.LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("list links in netns %s: %w", h.path, err)
 	}
@@ -263,36 +187,44 @@ func (h *Handle) Locate(pci, altName string) (*Found, error) {
 
 // byBusInfo asks ethtool for the bus-info of links that carry no PCI
 // parent attribute (kernels before 5.14). Virtual links answer with an
-// empty bus-info.
+// empty bus-info. The ioctl goes through a socket, which must be made in
+// the handle's netns: the lookups run there, through ns.
+// Equivalent to: ethtool -i $link | grep bus-info
 func (h *Handle) byBusInfo(links []netlink.Link, pci string) netlink.Link {
-	var fd = -1
-	defer func() {
-		if fd >= 0 {
-			unix.Close(fd)
-		}
-	}()
+	var ask []netlink.Link
 	for _, l := range links {
 		a := l.Attrs()
 		// A veth (a pod's eth0, a test's stand-in) has no bus, and asking
-		// costs an ioctl that waits for the RTNL lock.
-		if a.ParentDev != "" || a.Flags&net.FlagLoopback != 0 || l.Type() == "veth" {
-			continue
+		// waits for the RTNL lock.
+		if a.ParentDev == "" && a.Flags&net.FlagLoopback == 0 && l.Type() != "veth" {
+			ask = append(ask, l)
 		}
-		if fd < 0 {
-			var err error
-			if fd, err = h.socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err != nil {
+	}
+	if len(ask) == 0 {
+		return nil
+	}
+	var found netlink.Link
+	lookup := func(ns.NetNS) error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		for _, l := range ask {
+			info, err := unix.IoctlGetEthtoolDrvinfo(fd, l.Attrs().Name)
+			if err == nil && unix.ByteSliceToString(info.Bus_info[:]) == pci {
+				found = l
 				return nil
 			}
 		}
-		info, err := unix.IoctlGetEthtoolDrvinfo(fd, a.Name)
-		if err != nil {
-			continue
-		}
-		if unix.ByteSliceToString(info.Bus_info[:]) == pci {
-			return l
-		}
+		return nil
 	}
-	return nil
+	if h.ns == nil {
+		_ = lookup(nil)
+	} else {
+		_ = h.ns.Do(lookup)
+	}
+	return found
 }
 
 // Describe lists links as "name(pci=…, altnames=…)" for error messages.
@@ -321,8 +253,9 @@ func Describe(links []netlink.Link) []string {
 
 // LinkByName returns the link named name, or nil when there is none.
 func (h *Handle) LinkByName(name string) (netlink.Link, error) {
-	l, err := h.nl.linkGet(0, name)
-	if errors.Is(err, unix.ENODEV) {
+	l, err := h.nl.LinkByName(name)
+	var nf netlink.LinkNotFoundError
+	if errors.As(err, &nf) {
 		return nil, nil
 	}
 	if err != nil {
@@ -333,7 +266,7 @@ func (h *Handle) LinkByName(name string) (netlink.Link, error) {
 
 // Refresh re-reads a link by index.
 func (h *Handle) Refresh(l netlink.Link) (netlink.Link, error) {
-	nl, err := h.nl.linkGet(l.Attrs().Index, "")
+	nl, err := h.nl.LinkByIndex(l.Attrs().Index)
 	if err != nil {
 		return nil, fmt.Errorf("read link %s (index %d) in netns %s: %w", l.Attrs().Name, l.Attrs().Index, h.path, err)
 	}
@@ -347,16 +280,16 @@ func (h *Handle) Rename(l netlink.Link, name string) error {
 	old := l.Attrs().Name
 	wasUp := l.Attrs().Flags&net.FlagUp != 0
 	if wasUp {
-		if err := h.nl.linkSet(l.Attrs().Index, 0, unix.IFF_UP); err != nil {
+		if err := h.nl.LinkSetDown(l); err != nil {
 			return fmt.Errorf("set %s down in netns %s: %w", old, h.path, err)
 		}
 	}
-	err := h.nl.linkSet(l.Attrs().Index, 0, 0, rtattr{unix.IFLA_IFNAME, cString(name)})
+	err := h.nl.LinkSetName(l, name)
 	if err != nil {
 		err = fmt.Errorf("rename %s to %s in netns %s: %w", old, name, h.path, err)
 	}
 	if wasUp {
-		if uerr := h.nl.linkSet(l.Attrs().Index, unix.IFF_UP, unix.IFF_UP); uerr != nil && err == nil {
+		if uerr := h.nl.LinkSetUp(l); uerr != nil && err == nil {
 			err = fmt.Errorf("set %s up again in netns %s: %w", name, h.path, uerr)
 		}
 	}
@@ -366,7 +299,7 @@ func (h *Handle) Rename(l netlink.Link, name string) error {
 // AddAltName adds an alternative name.
 // Equivalent to: ip link property add dev $link altname $name
 func (h *Handle) AddAltName(l netlink.Link, name string) error {
-	if err := h.nl.altName(unix.RTM_NEWLINKPROP, l.Attrs().Index, name); err != nil {
+	if err := h.nl.LinkAddAltName(l, name); err != nil {
 		return fmt.Errorf("add altname %s to %s in netns %s: %w", name, l.Attrs().Name, h.path, err)
 	}
 	return nil
@@ -375,7 +308,7 @@ func (h *Handle) AddAltName(l netlink.Link, name string) error {
 // DelAltName removes an alternative name.
 // Equivalent to: ip link property del dev $link altname $name
 func (h *Handle) DelAltName(l netlink.Link, name string) error {
-	if err := h.nl.altName(unix.RTM_DELLINKPROP, l.Attrs().Index, name); err != nil {
+	if err := h.nl.LinkDelAltName(l, name); err != nil {
 		return fmt.Errorf("remove altname %s from %s in netns %s: %w", name, l.Attrs().Name, h.path, err)
 	}
 	return nil
