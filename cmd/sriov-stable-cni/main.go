@@ -7,6 +7,7 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -14,6 +15,9 @@ import (
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/buildinfo"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/plugin"
 )
+
+// init keeps main on the main thread, as the containernetworking plugins do.
+func init() { runtime.LockOSThread() }
 
 func main() {
 	if os.Getenv("CNI_COMMAND") != "" {
