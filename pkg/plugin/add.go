@@ -36,7 +36,7 @@ type attachment struct {
 	foundAs string
 	added   bool // we added the altname
 	lock    *state.VFLock
-	guids   func() (*sysfs.GUIDIndex, error) // the node's GUIDs for the duplicate check (see startGUIDScan)
+	guids   func() (*sysfs.GUIDIndex, error) // the node's GUIDs for the duplicate check (see chooseGUIDIndex)
 	saved   bool                             // guids is the saved index, not a fresh scan
 	link    netlink.Link
 	obs     *drift.Observation
@@ -75,7 +75,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if err := p.readHostFacts(a); err != nil {
 		return err
 	}
-	p.startGUIDScan(a)
+	p.chooseGUIDIndex(a)
 	err = vfnet.InNetns(args.Netns, func(h *vfnet.Handle) (err error) {
 		defer func() {
 			if err != nil {
@@ -347,14 +347,12 @@ func (p *Plugin) verifyGUID(a *attachment) error {
 	return cniErr(ErrBadGUID, "VF %s in netns %s: %s", a.pci, a.args.Netns, problem)
 }
 
-// startGUIDScan gets the node's GUID index for the duplicate check. The
+// chooseGUIDIndex picks the node's GUID index for the duplicate check. The
 // index saved in the state directory is reused while class/infiniband
 // lists the same devices as when it was read and it agrees with the VF's
-// own GUIDs just read (see sysfs.GUIDIndex). Otherwise the scan, some 70
-// sysfs reads on a DGX node and most of what ADD would cost, runs on a
-// second CPU while ADD enters the pod netns, and is saved for the next ADD.
-// It only reads host sysfs; verifyGUID waits for it.
-func (p *Plugin) startGUIDScan(a *attachment) {
+// own GUIDs just read (see sysfs.GUIDIndex). Otherwise verifyGUID scans
+// every RDMA device's GUID and saves the index for the next ADD.
+func (p *Plugin) chooseGUIDIndex(a *attachment) {
 	if p.conf.GUIDPolicy == config.PolicyIgnore || len(a.vf.RDMA) == 0 {
 		return
 	}
@@ -362,7 +360,7 @@ func (p *Plugin) startGUIDScan(a *attachment) {
 		a.guids, a.saved = func() (*sysfs.GUIDIndex, error) { return idx, nil }, true
 		return
 	}
-	a.guids = sysfs.Async(p.scanGUIDs)
+	a.guids = p.scanGUIDs
 }
 
 // savedGUIDIndex is the saved GUID index if it is current, else nil.

@@ -1,7 +1,6 @@
 package sysfs_test
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -164,33 +163,4 @@ func FuzzGUIDIndexUnmarshal(f *testing.F) {
 			t.Fatalf("round trip of %q (-first +second):\n%s", data, diff)
 		}
 	})
-}
-
-// TestCurrentAcrossReads: a class directory too long for one getdents
-// buffer is still compared entry by entry.
-func TestCurrentAcrossReads(t *testing.T) {
-	root := t.TempDir()
-	class := filepath.Join(root, "class", "infiniband")
-	if err := os.MkdirAll(class, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 300 {
-		if err := os.Symlink("../../devices/none", filepath.Join(class, fmt.Sprintf("mlx5_%d", i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	r := sysfs.Reader{Root: root}
-	idx, err := r.ScanGUIDs()
-	if err != nil || len(idx.Entries) != 300 {
-		t.Fatalf("ScanGUIDs = %d entries, %v; want 300", len(idx.Entries), err)
-	}
-	if ok, err := r.Current(idx); !ok || err != nil {
-		t.Errorf("Current = %v, %v; want true", ok, err)
-	}
-	if err := os.Remove(filepath.Join(class, "mlx5_299")); err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := r.Current(idx); ok || err != nil {
-		t.Errorf("Current after a removal = %v, %v; want false", ok, err)
-	}
 }

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -299,33 +298,6 @@ func mustRemove(t *testing.T, path string) {
 	t.Helper()
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// TestAsync: the wait returns the read's result, the same on every call,
-// and only after the read finished.
-func TestAsync(t *testing.T) {
-	release := make(chan struct{})
-	wait := sysfs.Async(func() (int, error) {
-		<-release
-		return 7, errors.New("partial")
-	})
-	got := make(chan int)
-	go func() {
-		v, _ := wait()
-		got <- v
-	}()
-	select {
-	case <-got:
-		t.Fatal("wait returned before the read finished")
-	case <-time.After(50 * time.Millisecond):
-	}
-	close(release)
-	if v := <-got; v != 7 {
-		t.Errorf("first wait = %d, want 7", v)
-	}
-	if v, err := wait(); v != 7 || err == nil || err.Error() != "partial" {
-		t.Errorf("second wait = %d, %v; want 7, partial", v, err)
 	}
 }
 

@@ -3,6 +3,7 @@ package sysfs
 import (
 	"encoding/binary"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 )
@@ -28,45 +29,18 @@ func (g GUID) String() string {
 
 // Colon formats as iproute2 does: xx:xx:xx:xx:xx:xx:xx:xx.
 func (g GUID) Colon() string {
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], uint64(g))
-	parts := make([]string, 8)
-	for i, c := range b {
-		parts[i] = fmt.Sprintf("%02x", c)
-	}
-	return strings.Join(parts, ":")
+	return net.HardwareAddr(binary.BigEndian.AppendUint64(nil, uint64(g))).String()
 }
 
 // ParseGUID reads "xxxx:xxxx:xxxx:xxxx" (sysfs), "xx:xx:…:xx" (iproute2) or
 // 16 bare hex digits.
 func ParseGUID(s string) (GUID, error) {
-	// By hand, without the copies ReplaceAll and hex.DecodeString make:
-	// ADD parses every GUID of a saved index, some 70 on a DGX node.
-	var g GUID
-	digits := 0
-	for _, c := range []byte(strings.TrimSpace(s)) {
-		var v byte
-		switch {
-		case c == ':':
-			continue
-		case '0' <= c && c <= '9':
-			v = c - '0'
-		case 'a' <= c && c <= 'f':
-			v = c - 'a' + 10
-		case 'A' <= c && c <= 'F':
-			v = c - 'A' + 10
-		default:
-			return 0, fmt.Errorf("GUID %q: %q is not a hex digit", s, c)
-		}
-		if digits++; digits > 16 {
-			break
-		}
-		g = g<<4 | GUID(v)
-	}
-	if digits != 16 {
+	digits := strings.ReplaceAll(strings.TrimSpace(s), ":", "")
+	v, err := strconv.ParseUint(digits, 16, 64)
+	if err != nil || len(digits) != 16 {
 		return 0, fmt.Errorf("GUID %q: want 16 hex digits", s)
 	}
-	return g, nil
+	return GUID(v), nil
 }
 
 // Logical port states (ports/N/state).
