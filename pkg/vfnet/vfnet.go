@@ -49,6 +49,11 @@ func InNetns(path string, fn func(h *Handle) error) error {
 		return fmt.Errorf("open netns %s: %w", path, err)
 	}
 	defer target.Close()
+	// ns.GetNS checks the filesystem only: a file of another namespace
+	// type (say /proc/$pid/ns/mnt) passes it and fails setns with EINVAL.
+	if typ, err := unix.IoctlRetInt(int(target.Fd()), unix.NS_GET_NSTYPE); err == nil && typ != unix.CLONE_NEWNET {
+		return fmt.Errorf("netns %s is not a network namespace: %w", path, ErrNetnsGone)
+	}
 	nh, err := netlinksafe.NewHandleAt(netns.NsHandle(target.Fd()), unix.NETLINK_ROUTE)
 	if err != nil {
 		return fmt.Errorf("open netlink in netns %s: %w", path, err)

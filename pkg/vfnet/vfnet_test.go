@@ -67,14 +67,15 @@ func netnsIno(t *testing.T, path string) uint64 {
 	return fi.Sys().(*syscall.Stat_t).Ino
 }
 
-// TestInNetnsGone: a missing path, a regular file and a directory are all
-// ErrNetnsGone, named in the message; fn never runs.
+// TestInNetnsGone: a missing path, a regular file, a directory and a
+// namespace of another type are all ErrNetnsGone, named in the message; fn
+// never runs.
 func TestInNetnsGone(t *testing.T) {
 	file := t.TempDir() + "/not-a-netns"
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, path := range []string{t.TempDir() + "/missing", file, t.TempDir()} {
+	for _, path := range []string{t.TempDir() + "/missing", file, t.TempDir(), "/proc/self/ns/mnt"} {
 		err := vfnet.InNetns(path, func(*vfnet.Handle) error {
 			t.Errorf("fn ran for %s", path)
 			return nil
