@@ -9,6 +9,7 @@ package install
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -24,8 +25,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/digest"
 )
 
 // DefaultName is the file name the plugin is installed under: the "type" a
@@ -411,6 +410,6 @@ func clip(b []byte) string {
 }
 
 func hexSum(b []byte) string {
-	s := digest.Sum256(b)
+	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
 }

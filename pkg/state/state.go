@@ -4,6 +4,7 @@
 package state
 
 import (
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -19,8 +20,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/digest"
 )
 
 // RecordVersion is the schema version written into new records.
@@ -87,7 +86,7 @@ func fileName(k Key) string {
 	name := escape(k.Network) + "_" + escape(k.ContainerID) + "_" + escape(k.IfName)
 	if len(name) > 200 {
 		// The escaped name is one-to-one with the key, so its hash is too.
-		sum := digest.Sum256([]byte(name))
+		sum := sha256.Sum256([]byte(name))
 		name = "h-" + hex.EncodeToString(sum[:])
 	}
 	return name + ".json"
