@@ -119,7 +119,7 @@ func (s *Store) Path(k Key) string { return filepath.Join(s.recordDir(), fileNam
 // a record. fsync of file and directory cost a quarter of ADD's own time.
 func (s *Store) Save(r *Record) error {
 	r.Version = RecordVersion
-	data, err := r.MarshalJSON()
+	data, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("encode record %s: %w", r.Key(), err)
 	}
