@@ -7,8 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-
-	"golang.org/x/sys/unix"
 )
 
 // Adopt moves the records of network from an older state directory (the
@@ -59,7 +57,7 @@ func (s *Store) Adopt(old, network string) (moved int, err error) {
 			moved++
 		}
 	}
-	_ = unix.Rmdir(from.recordDir()) // fails while any record or a writer's temp file is left
+	_ = os.Remove(from.recordDir()) // fails while any record or a writer's temp file is left
 	return moved, errors.Join(errs...)
 }
 

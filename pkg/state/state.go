@@ -11,10 +11,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -108,15 +106,7 @@ func escape(s string) string {
 // Path is the record file of a key.
 func (s *Store) Path(k Key) string { return filepath.Join(s.recordDir(), fileName(k)) }
 
-// Save writes the record atomically: temp file in the same directory, then
-// rename. Mode 0600.
-//
-// There is no fsync. A record describes an attachment to a pod netns, and
-// no netns survives the power loss fsync would guard against: after it,
-// every record is stale and DEL, GC and claims treat a missing, empty or
-// torn one as no record. The rename alone keeps a reader (a concurrent
-// CHECK, the monitor, a crash of the plugin itself) from ever seeing half
-// a record. fsync of file and directory cost a quarter of ADD's own time.
+// Save writes the record atomically (see writeAtomic), mode 0600.
 func (s *Store) Save(r *Record) error {
 	r.Version = RecordVersion
 	data, err := json.Marshal(r)
@@ -151,9 +141,14 @@ func removeStaleTemps(dir string, entries []fs.DirEntry) {
 	}
 }
 
+// writeAtomic replaces path with data: a temp file in the same directory,
+// written and fsynced, renamed over path, and the directory fsynced, so a
+// reader (a concurrent CHECK, the monitor) sees the old file or the new
+// one whole, and so does the next boot if the state dir is on a disk. On
+// the default state dir, a tmpfs, the fsyncs cost nothing.
 func writeAtomic(path string, data []byte) (err error) {
 	dir := filepath.Dir(path)
-	tmp, err := createTemp(dir)
+	tmp, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {
 		return fmt.Errorf("create temp file in %s: %w", dir, err)
 	}
@@ -166,60 +161,29 @@ func writeAtomic(path string, data []byte) (err error) {
 	if _, err = tmp.Write(data); err != nil {
 		return fmt.Errorf("write %s: %w", tmp.Name(), err)
 	}
+	if err = tmp.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", tmp.Name(), err)
+	}
 	if err = tmp.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", tmp.Name(), err)
 	}
-	// renameat(2) itself: os.Rename would first lstat path to refuse a
-	// directory there, which rename(2) refuses anyway (EISDIR).
-	for {
-		err = unix.Renameat(unix.AT_FDCWD, tmp.Name(), unix.AT_FDCWD, path)
-		if err != unix.EINTR {
-			break
-		}
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("rename into %s: %w", path, err)
 	}
+	return syncDir(dir)
+}
+
+// syncDir fsyncs a directory, making a rename in it durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
 	if err != nil {
-		return fmt.Errorf("rename into %s: %w", path, &os.LinkError{Op: "rename", Old: tmp.Name(), New: path, Err: err})
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	return nil
-}
-
-// readFile is os.ReadFile without the poller (see openFile) and without
-// its fstat: records and the GUID index are a few KiB, so one buffer of
-// that size takes a file in one read (io.ReadAll would start at 512 bytes
-// and read the GUID index in five).
-func readFile(path string) ([]byte, error) {
-	f, err := openFile(path, unix.O_RDONLY, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	buf := make([]byte, 0, 8<<10)
-	for {
-		n, err := f.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			return buf, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if len(buf) == cap(buf) {
-			buf = slices.Grow(buf, len(buf))
-		}
-	}
-}
-
-// createTemp creates a new file .tmp-<random> in dir, mode 0600, as
-// os.CreateTemp does but without registering it with the poller.
-func createTemp(dir string) (*os.File, error) {
-	for range 100 {
-		f, err := openFile(filepath.Join(dir, fmt.Sprintf(".tmp-%d-%x", os.Getpid(), rand.Uint64())),
-			unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
-		if !errors.Is(err, fs.ErrExist) {
-			return f, err
-		}
-	}
-	return nil, fmt.Errorf("no free temp file name in %s", dir)
 }
 
 // Load reads the record of a key; ErrNotFound when there is none.
@@ -228,7 +192,7 @@ func (s *Store) Load(k Key) (*Record, error) {
 }
 
 func readRecord(path string) (*Record, error) {
-	data, err := readFile(path)
+	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, ErrNotFound
 	}
@@ -291,8 +255,9 @@ func (s *Store) List() ([]*Record, error) {
 }
 
 // RemoveUnreadableBefore removes the record files that cannot be read (empty
-// or torn by a power loss, since records are not fsynced, or written by a
-// newer plugin) and were last written before t, and returns their names.
+// or torn, as records written before Save fsynced them could be after a
+// power loss, or written by a newer plugin) and were last written before t,
+// and returns their names.
 // GC passes the boot time: no attachment from before it can be live, and
 // an unreadable record is otherwise never removed, since its key is unknown.
 func (s *Store) RemoveUnreadableBefore(t time.Time) ([]string, error) {
@@ -350,12 +315,12 @@ func (s *Store) LockVF(pci string) (*VFLock, error) {
 		return nil, fmt.Errorf("lock VF %q: not a PCI address", pci)
 	}
 	path := filepath.Join(s.lockDir(), pci+".lock")
-	f, err := openFile(path, unix.O_RDWR|unix.O_CREAT, 0o600)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(s.lockDir(), 0o700); err != nil {
 			return nil, fmt.Errorf("create lock directory: %w", err)
 		}
-		f, err = openFile(path, unix.O_RDWR|unix.O_CREAT, 0o600)
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open lock %s: %w", path, err)
@@ -373,25 +338,9 @@ func (s *Store) LockVF(pci string) (*VFLock, error) {
 	return &VFLock{f: f, s: s}, nil
 }
 
-// openFile opens a file with open(2) and wraps it without registering it
-// with the runtime's poller, which os.OpenFile tries (and undoes) for every
-// file: four fcntl and an epoll_ctl that fail for regular files.
-func openFile(path string, flags int, mode uint32) (*os.File, error) {
-	for {
-		fd, err := unix.Open(path, flags|unix.O_CLOEXEC, mode)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, &fs.PathError{Op: "open", Path: path, Err: err}
-		}
-		return os.NewFile(uintptr(fd), path), nil
-	}
-}
-
 // OpenLog opens a log file for appending, creating it with mode 0600.
 func OpenLog(path string) (*os.File, error) {
-	return openFile(path, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT, 0o600)
+	return os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 }
 
 // Unlock releases the lock.
@@ -507,7 +456,7 @@ const guidIndexFile = "guid-index"
 // LoadGUIDIndex reads the saved GUID index; an error wrapping
 // fs.ErrNotExist when there is none.
 func (s *Store) LoadGUIDIndex() ([]byte, error) {
-	return readFile(filepath.Join(s.dir, guidIndexFile))
+	return os.ReadFile(filepath.Join(s.dir, guidIndexFile))
 }
 
 // SaveGUIDIndex replaces the saved GUID index atomically, as Save does a

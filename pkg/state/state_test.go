@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -687,27 +686,6 @@ func TestRemoveUnreadableBefore(t *testing.T) {
 	}
 	if want := []string{".tmp-old-but-temp.json", "n_new-empty_net1.json", fileName(good.Key())}; !slices.Equal(recordDirNames(t, s), want) {
 		t.Errorf("left %v, want %v", recordDirNames(t, s), want)
-	}
-}
-
-func TestReadFileSizes(t *testing.T) {
-	dir := t.TempDir()
-	for _, n := range []int{0, 1, 8<<10 - 1, 8 << 10, 8<<10 + 1, 100 << 10} {
-		want := make([]byte, n)
-		for i := range want {
-			want[i] = byte('a' + i%26)
-		}
-		path := filepath.Join(dir, fmt.Sprint(n))
-		if err := os.WriteFile(path, want, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		got, err := readFile(path)
-		if err != nil || string(got) != string(want) {
-			t.Errorf("readFile of %d bytes: got %d bytes, %v", n, len(got), err)
-		}
-	}
-	if _, err := readFile(filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("readFile of a missing file: %v, want fs.ErrNotExist", err)
 	}
 }
 
