@@ -102,7 +102,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	})
 	p.log.Info("attached", "vf", a.pci, "netns", args.Netns, "ifname", args.IfName, "foundAs", a.foundAs,
 		"altname", a.altName, "mac", a.obs.MAC)
-	return printResult(res, p.conf.CNIVersion)
+	return types.PrintResult(res, p.conf.CNIVersion)
 }
 
 // prepare checks what ADD needs before touching anything: runtime
