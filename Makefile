@@ -80,7 +80,7 @@ soak: build tools
 
 ## fuzz: each fuzz target for FUZZTIME, one at a time with one worker (plain `go test` runs their seed corpus).
 FUZZTIME     ?= 5m
-FUZZ_TARGETS := pkg/config:FuzzParse pkg/config:FuzzDecodeConf pkg/config:FuzzRenderAltName pkg/plugin:FuzzCorrectResult pkg/plugin:FuzzDecodeResult \
+FUZZ_TARGETS := pkg/config:FuzzParse pkg/config:FuzzRenderAltName pkg/plugin:FuzzCorrectResult \
                 pkg/sysfs:FuzzSysfsValues pkg/sysfs:FuzzReadVF pkg/sysfs:FuzzGUIDIndexUnmarshal
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -58,12 +59,6 @@ type RuntimeConfig struct {
 // NetConf is the plugin's configuration as read from stdin.
 type NetConf struct {
 	types.PluginConf
-
-	// PrevResult is prevResult as it came, decoded once, straight into the
-	// result type of cniVersion (see HasPrevResult). It shadows
-	// PluginConf.RawPrevResult, which version.ParsePrevResult would decode
-	// into maps, encode again and decode a second time.
-	PrevResult json.RawMessage `json:"prevResult,omitempty"`
 
 	DeviceID      string        `json:"deviceID,omitempty"`
 	PCIBusID      string        `json:"pciBusID,omitempty"`
@@ -118,8 +113,8 @@ func fieldErr(field, format string, a ...any) error {
 // must come from the device info file or prevResult.
 func Parse(stdin []byte) (*NetConf, error) {
 	conf := &NetConf{}
-	if err := decodeConf(stdin, conf); err != nil {
-		return nil, fieldErr("network configuration", "not valid JSON for this plugin: %v", err)
+	if err := json.Unmarshal(stdin, conf); err != nil {
+		return nil, decodeErr(err)
 	}
 	applyDefaults(conf)
 	if err := validate(conf); err != nil {
@@ -150,10 +145,40 @@ func ParseLenient(stdin []byte) (*NetConf, error) {
 	return conf, nil
 }
 
+// decodeErr names the field whose value has the wrong JSON type, the
+// embedded PluginConf's fields by their keys ("prevResult", not
+// "PluginConf.prevResult"); any other error is about the whole input.
+func decodeErr(err error) error {
+	var typeErr *json.UnmarshalTypeError
+	if !errors.As(err, &typeErr) || typeErr.Field == "" || typeErr.Type == nil {
+		return fieldErr("network configuration", "not valid JSON for this plugin: %v", err)
+	}
+	return fieldErr(strings.TrimPrefix(typeErr.Field, "PluginConf."), "got a JSON %s, want %s", typeErr.Value, jsonKind(typeErr.Type))
+}
+
+// jsonKind names the JSON values a Go type decodes from.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Pointer:
+		return jsonKind(t.Elem())
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	}
+	return "an integer"
+}
+
 // decodeSkippingBadFields decodes stdin into a NetConf, dropping each
 // top-level field whose JSON type is wrong instead of losing them all.
 func decodeSkippingBadFields(stdin []byte) (*NetConf, error) {
-	if conf := (&NetConf{}); decodeConf(stdin, conf) == nil {
+	if conf := (&NetConf{}); json.Unmarshal(stdin, conf) == nil {
 		return conf, nil // the usual case: nothing to skip
 	}
 	var fields map[string]json.RawMessage
@@ -191,10 +216,11 @@ func decodeSkippingBadFields(stdin []byte) (*NetConf, error) {
 	return nil, fmt.Errorf("too many malformed fields")
 }
 
-// HasPrevResult reports whether the configuration carries a prevResult
-// (a JSON null counts as none).
+// HasPrevResult reports whether the configuration carries a prevResult (a
+// JSON null counts as none), before or after version.ParsePrevResult moved
+// it from RawPrevResult to PrevResult.
 func (c *NetConf) HasPrevResult() bool {
-	return len(c.PrevResult) > 0 && string(c.PrevResult) != "null"
+	return c.RawPrevResult != nil || c.PrevResult != nil
 }
 
 func applyDefaults(c *NetConf) {
@@ -222,9 +248,6 @@ func applyDefaults(c *NetConf) {
 }
 
 func validate(c *NetConf) error {
-	if c.HasPrevResult() && c.PrevResult[0] != '{' {
-		return fieldErr("prevResult", "is not a JSON object (%s)", truncate(string(c.PrevResult), 64))
-	}
 	if c.Name == "" {
 		return fieldErr("name", "the network name is empty")
 	}

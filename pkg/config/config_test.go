@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/pkg/version"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -240,7 +241,7 @@ func TestParseRejects(t *testing.T) {
 }
 
 // TestParseWrongJSONType checks a value of the wrong JSON type is refused
-// with a message that still names the field.
+// with an error that names the field and the JSON value it got.
 func TestParseWrongJSONType(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -253,6 +254,9 @@ func TestParseWrongJSONType(t *testing.T) {
 		{"linkLayer as number", map[string]any{"linkLayer": 1}, "linkLayer"},
 		{"deviceID as number", map[string]any{"deviceID": 18}, "deviceID"},
 		{"runtimeConfig as string", map[string]any{"runtimeConfig": "x"}, "runtimeConfig"},
+		{"runtimeConfig.deviceID as number", map[string]any{"runtimeConfig": map[string]any{"deviceID": 18}}, "runtimeConfig.deviceID"},
+		{"prevResult as array", map[string]any{"prevResult": []any{map[string]any{"name": "net1"}}}, "prevResult"},
+		{"capabilities as array", map[string]any{"capabilities": []any{"deviceID"}}, "capabilities"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -260,8 +264,11 @@ func TestParseWrongJSONType(t *testing.T) {
 			if err == nil {
 				t.Fatal("Parse accepted it")
 			}
-			if !strings.Contains(err.Error(), tc.key) {
-				t.Errorf("message %q does not name %s", err, tc.key)
+			if got := fieldOf(t, err); got != tc.key {
+				t.Errorf("error names field %q, want %q (error: %v)", got, tc.key, err)
+			}
+			if !strings.Contains(err.Error(), "invalid "+tc.key+": got a JSON ") {
+				t.Errorf("message %q does not say which JSON value %s got", err, tc.key)
 			}
 		})
 	}
@@ -488,6 +495,13 @@ func TestHasPrevResult(t *testing.T) {
 		}
 		if got := conf.HasPrevResult(); got != tc.want {
 			t.Errorf("Parse(%s).HasPrevResult() = %v, want %v", tc.stdin, got, tc.want)
+		}
+		// version.ParsePrevResult moves it from RawPrevResult to PrevResult.
+		if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
+			t.Fatalf("ParsePrevResult(%s): %v", tc.stdin, err)
+		}
+		if got := conf.HasPrevResult(); got != tc.want {
+			t.Errorf("after ParsePrevResult, HasPrevResult() = %v, want %v", got, tc.want)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -137,45 +136,18 @@ func checkArgs(args *skel.CmdArgs) error {
 	return nil
 }
 
+// parsePrevResult reads prevResult as the library does, in the result
+// type of the configuration's cniVersion (or prevResult's own), and
+// converts it to the current one.
 func parsePrevResult(conf *config.NetConf) (*current.Result, error) {
-	res, err := decodePrevResult(conf.CNIVersion, conf.PrevResult)
-	if err != nil {
+	if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
 		return nil, cniErr(types.ErrDecodingFailure, "cannot read prevResult (cniVersion %s): %v", conf.CNIVersion, err)
 	}
-	prev, err := current.NewResultFromResult(res)
+	prev, err := current.NewResultFromResult(conf.PrevResult)
 	if err != nil {
 		return nil, cniErr(types.ErrDecodingFailure, "cannot convert prevResult to %s: %v", current.ImplementedSpecVersion, err)
 	}
 	return prev, nil
-}
-
-// resultVersions are the cniVersions whose results are current.Result.
-var resultVersions = []string{"1.0.0", current.ImplementedSpecVersion}
-
-// decodePrevResult decodes prevResult for a configuration of cniVersion
-// ver. A prevResult without a cniVersion of its own is taken to have ver,
-// as version.ParsePrevResult does; for the current result types it decodes
-// once, straight into current.Result, where that function would decode
-// into maps, encode them and decode again.
-func decodePrevResult(ver string, raw []byte) (types.Result, error) {
-	if !slices.Contains(resultVersions, ver) {
-		pc := types.PluginConf{CNIVersion: ver}
-		if err := json.Unmarshal(raw, &pc.RawPrevResult); err != nil {
-			return nil, err
-		}
-		if err := version.ParsePrevResult(&pc); err != nil {
-			return nil, err
-		}
-		return pc.PrevResult, nil
-	}
-	res := &current.Result{CNIVersion: ver} // kept when raw has no cniVersion
-	if err := decodeResult(raw, res); err != nil {
-		return nil, err
-	}
-	if !slices.Contains(resultVersions, res.CNIVersion) {
-		return nil, fmt.Errorf("result type supports %v but unmarshalled CNIVersion is %q", resultVersions, res.CNIVersion)
-	}
-	return res, nil
 }
 
 // claimVF makes sure no other live attachment owns the VF; it runs under

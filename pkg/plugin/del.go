@@ -107,9 +107,7 @@ func (p *Plugin) delTarget(args *skel.CmdArgs, rec *state.Record) (string, strin
 	}
 	var prev *current.Result
 	if p.conf.HasPrevResult() {
-		if res, err := decodePrevResult(p.conf.CNIVersion, p.conf.PrevResult); err == nil {
-			prev, _ = current.NewResultFromResult(res)
-		}
+		prev, _ = parsePrevResult(p.conf) // nil when malformed
 	}
 	pci, _, err := resolvePCI(p.conf, prev, args.Netns, args.IfName)
 	if err != nil {

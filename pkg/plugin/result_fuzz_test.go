@@ -85,8 +85,9 @@ func fuzzParsePrev(data []byte, cniVersion string) *current.Result {
 	if json.Unmarshal(data, &raw) != nil || raw == nil {
 		return nil
 	}
-	conf := &config.NetConf{PrevResult: data}
+	conf := &config.NetConf{}
 	conf.CNIVersion = cniVersion
+	conf.RawPrevResult = raw
 	prev, err := parsePrevResult(conf)
 	if err != nil {
 		return nil

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/google/go-cmp/cmp"
@@ -391,45 +390,5 @@ func TestCorrectResultThroughParsePrevResult(t *testing.T) {
 				t.Errorf("round trip: %+v", back)
 			}
 		})
-	}
-}
-
-// decodePrevResult must read every prevResult as version.ParsePrevResult
-// does (the library's way, which decodes twice): the same result, or an
-// error in both.
-func TestDecodePrevResultAgreesWithLibrary(t *testing.T) {
-	prevs := []string{
-		`{}`,
-		`{"cniVersion":"1.1.0","interfaces":[{"name":"net1","pciID":"0000:18:00.2","sandbox":"/var/run/netns/x"}]}`,
-		`{"interfaces":[{"name":"net1","mac":"00:11:22:33:44:55"}],"ips":[{"address":"10.0.0.2/24","interface":0}]}`,
-		`{"cniVersion":"1.0.0","interfaces":[{"name":"net1"}]}`,
-		`{"cniVersion":"0.4.0","interfaces":[{"name":"net1"}]}`,
-		`{"cniVersion":"","interfaces":[{"name":"net1"}]}`,
-		`{"cniVersion":"1.1.0","interfaces":"net1"}`,
-		`{"cniVersion":"0.3.1","ips":[{"version":"4","address":"10.0.0.2/24"}]}`,
-		`{"ips":[{"address":"10.0.0.300/24"}]}`,
-		`{"dns":{"nameservers":["8.8.8.8"]},"routes":[{"dst":"0.0.0.0/0"}]}`,
-	}
-	for _, ver := range []string{"1.1.0", "1.0.0", "0.4.0", "0.3.1", "0.3.0", "0.2.0"} {
-		for _, prev := range prevs {
-			var raw map[string]any
-			if err := json.Unmarshal([]byte(prev), &raw); err != nil {
-				t.Fatal(err)
-			}
-			conf := types.PluginConf{CNIVersion: ver}
-			conf.RawPrevResult = raw
-			libErr := version.ParsePrevResult(&conf)
-			got, err := decodePrevResult(ver, []byte(prev))
-			if (err == nil) != (libErr == nil) {
-				t.Errorf("cniVersion %s, prevResult %s: decodePrevResult error %v, library error %v", ver, prev, err, libErr)
-				continue
-			}
-			if err != nil {
-				continue
-			}
-			if diff := cmp.Diff(conf.PrevResult, got); diff != "" {
-				t.Errorf("cniVersion %s, prevResult %s: decodePrevResult differs from the library (-lib +ours):\n%s", ver, prev, diff)
-			}
-		}
 	}
 }
