@@ -153,7 +153,8 @@ func decodeErr(err error) error {
 	if !errors.As(err, &typeErr) || typeErr.Field == "" || typeErr.Type == nil {
 		return fieldErr("network configuration", "not valid JSON for this plugin: %v", err)
 	}
-	return fieldErr(strings.TrimPrefix(typeErr.Field, "PluginConf."), "got a JSON %s, want %s", typeErr.Value, jsonKind(typeErr.Type))
+	return fieldErr(strings.TrimPrefix(typeErr.Field, "PluginConf."), "got a JSON %s, want %s",
+		truncate(typeErr.Value, 64), jsonKind(typeErr.Type)) // Value holds a number's digits
 }
 
 // jsonKind names the JSON values a Go type decodes from.

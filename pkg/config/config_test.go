@@ -257,6 +257,7 @@ func TestParseWrongJSONType(t *testing.T) {
 		{"runtimeConfig.deviceID as number", map[string]any{"runtimeConfig": map[string]any{"deviceID": 18}}, "runtimeConfig.deviceID"},
 		{"prevResult as array", map[string]any{"prevResult": []any{map[string]any{"name": "net1"}}}, "prevResult"},
 		{"capabilities as array", map[string]any{"capabilities": []any{"deviceID"}}, "capabilities"},
+		{"mtu of 5000 digits", map[string]any{"mtu": json.Number(strings.Repeat("9", 5000))}, "mtu"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -269,6 +270,9 @@ func TestParseWrongJSONType(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), "invalid "+tc.key+": got a JSON ") {
 				t.Errorf("message %q does not say which JSON value %s got", err, tc.key)
+			}
+			if len(err.Error()) > 300 {
+				t.Errorf("message is %d bytes long, want a bounded one", len(err.Error()))
 			}
 		})
 	}
