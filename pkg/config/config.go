@@ -186,35 +186,24 @@ func decodeSkippingBadFields(stdin []byte) (*NetConf, error) {
 	if err := json.Unmarshal(stdin, &fields); err != nil {
 		return nil, err
 	}
-	for range len(fields) + 1 {
-		data, err := json.Marshal(fields)
-		if err != nil {
-			return nil, err
+	// Each key on its own, so encoding/json matches it to its field as it
+	// would in the whole document (case-insensitively, embedded structs
+	// included).
+	for key, value := range fields {
+		one, err := json.Marshal(map[string]json.RawMessage{key: value})
+		if err != nil || json.Unmarshal(one, &NetConf{}) != nil {
+			delete(fields, key)
 		}
-		conf := &NetConf{}
-		err = json.Unmarshal(data, conf)
-		var typeErr *json.UnmarshalTypeError
-		if err == nil {
-			return conf, nil
-		}
-		if !errors.As(err, &typeErr) {
-			return nil, err
-		}
-		// Field is the path to the bad value, embedded structs included
-		// ("PluginConf.prevResult"): drop its first top-level key.
-		top := ""
-		for _, part := range strings.Split(typeErr.Field, ".") {
-			if _, ok := fields[part]; ok {
-				top = part
-				break
-			}
-		}
-		if top == "" {
-			return nil, err
-		}
-		delete(fields, top)
 	}
-	return nil, fmt.Errorf("too many malformed fields")
+	data, err := json.Marshal(fields)
+	if err != nil {
+		return nil, err
+	}
+	conf := &NetConf{}
+	if err := json.Unmarshal(data, conf); err != nil {
+		return nil, err
+	}
+	return conf, nil
 }
 
 // HasPrevResult reports whether the configuration carries a prevResult (a

@@ -422,6 +422,10 @@ func TestParseLenientKeepsWhatItCan(t *testing.T) {
 		{"wrong-typed mtu keeps stateDir and deviceID",
 			map[string]any{"mtu": "9000", "stateDir": "/custom", "deviceID": "0000:18:00.2"},
 			"/custom", "/sys", "0000:18:00.2", "deviceID", slog.LevelInfo},
+		// encoding/json matches keys regardless of case: so must the skipping.
+		{"wrong-typed MTU in another case keeps the rest",
+			map[string]any{"MTU": "9000", "PrevResult": 3, "stateDir": "/custom", "deviceID": "0000:18:00.2"},
+			"/custom", "/sys", "0000:18:00.2", "deviceID", slog.LevelInfo},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
