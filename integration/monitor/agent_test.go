@@ -402,7 +402,7 @@ func hangSysfsRead(t *testing.T, path string) (unblock func()) {
 func checkDocumentedSeries(t *testing.T, a *agent) {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	doc, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "README.md"))
+	doc, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "docs", "monitor.md"))
 	if err != nil {
 		t.Fatalf("read the documented metrics: %v", err)
 	}
