@@ -490,7 +490,11 @@ func (m *Monitor) Ready() error {
 }
 
 func attachmentAttrs(r *state.Record) []any {
-	return []any{"network", r.Network, "containerID", r.ContainerID, "ifName", r.IfName, "pci", r.PCI, "netns", r.Netns}
+	attrs := []any{"network", r.Network, "containerID", r.ContainerID, "ifName", r.IfName, "pci", r.PCI, "netns", r.Netns}
+	if r.PodName != "" {
+		attrs = append(attrs, "namespace", r.PodNamespace, "pod", r.PodName)
+	}
+	return attrs
 }
 
 // countReadErrors counts the per-file errors state.Store.List joins after

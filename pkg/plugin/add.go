@@ -28,6 +28,7 @@ const portPollInterval = 25 * time.Millisecond
 type attachment struct {
 	args    *skel.CmdArgs
 	network string
+	pod     podArgs
 	prev    *current.Result
 	pci     string
 	vf      *sysfs.VF
@@ -99,7 +100,8 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	res := correctResult(a.prev, current.Interface{
 		Name: args.IfName, Mac: a.obs.MAC, Mtu: a.obs.MTU, Sandbox: args.Netns, PciID: a.pci,
 	})
-	p.log.Info("attached", "vf", a.pci, "netns", args.Netns, "ifname", args.IfName, "foundAs", a.foundAs,
+	p.log.Info("attached", "vf", a.pci, "netns", args.Netns, "ifname", args.IfName, "namespace", a.pod.K8S_POD_NAMESPACE,
+		"pod", a.pod.K8S_POD_NAME, "foundAs", a.foundAs,
 		"altname", a.altName, "mac", a.obs.MAC)
 	return types.PrintResult(res, p.conf.CNIVersion)
 }
@@ -123,7 +125,7 @@ func (p *Plugin) prepare(args *skel.CmdArgs) (*attachment, error) {
 		return nil, cniErr(types.ErrInvalidNetworkConfig, "%v", err)
 	}
 	p.log.Debug("resolved VF", "vf", pci, "from", source)
-	return &attachment{args: args, network: p.conf.Name, prev: prev, pci: pci}, nil
+	return &attachment{args: args, network: p.conf.Name, prev: prev, pci: pci, pod: p.podArgs(args)}, nil
 }
 
 func checkArgs(args *skel.CmdArgs) error {
@@ -465,6 +467,7 @@ func (p *Plugin) repoll(h *vfnet.Handle, a *attachment) error {
 func (p *Plugin) recordAttachment(_ *vfnet.Handle, a *attachment) error {
 	rec := &state.Record{
 		Network: p.conf.Name, ContainerID: a.args.ContainerID, IfName: a.args.IfName, Netns: a.args.Netns,
+		PodNamespace: string(a.pod.K8S_POD_NAMESPACE), PodName: string(a.pod.K8S_POD_NAME), PodUID: string(a.pod.K8S_POD_UID),
 		PCI: a.pci, PF: a.vf.PF, VFIndex: a.vf.Index, AltName: a.altName, AddedAltName: a.added,
 		FoundAs: a.foundAs, MAC: a.obs.MAC, MTU: a.obs.MTU, LinkLayer: a.obs.LinkLayer, NodeGUID: a.obs.NodeGUID(),
 		PortPolicy: string(p.conf.PortPolicy), GUIDPolicy: string(p.conf.GUIDPolicy), SysfsRoot: p.conf.SysfsRoot,

@@ -87,6 +87,23 @@ func TestAdd(t *testing.T) {
 				t.Errorf("result interfaces (-want +got):\n%s", diff)
 			}
 		}},
+		{name: "pod identity from CNI_ARGS", podName: "net1",
+			args: func(_ *fixture, a *skel.CmdArgs) {
+				a.Args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=train;K8S_POD_NAME=worker-3;K8S_POD_INFRA_CONTAINER_ID=ctr-new;K8S_POD_UID=0f1e2d3c"
+			},
+			check: func(t *testing.T, f *fixture, _ *current.Result) {
+				r := f.record(t, key(ctr, "net1"))
+				if got := [3]string{r.PodNamespace, r.PodName, r.PodUID}; got != [3]string{"train", "worker-3", "0f1e2d3c"} {
+					t.Errorf("record's pod = %q, want train/worker-3 uid 0f1e2d3c", got)
+				}
+			}},
+		{name: "unreadable CNI_ARGS cost the attachment nothing", podName: "net1",
+			args: func(_ *fixture, a *skel.CmdArgs) { a.Args = "K8S_POD_NAMESPACE=train;garbage;K8S_POD_NAME=x" },
+			check: func(t *testing.T, f *fixture, _ *current.Result) {
+				if r := f.record(t, key(ctr, "net1")); r.PodNamespace != "train" {
+					t.Errorf("record's pod namespace = %q, want what was read before the bad pair (train)", r.PodNamespace)
+				}
+			}},
 		{name: "VF renamed by udev before us", podName: "ib0", check: func(t *testing.T, f *fixture, res *current.Result) {
 			if l := link(t, f.pod, "ib0"); l != nil {
 				t.Errorf("the VF is still named ib0: %+v", l)

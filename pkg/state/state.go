@@ -34,10 +34,16 @@ type Record struct {
 	ContainerID string `json:"containerID"`
 	IfName      string `json:"ifName"`
 	Netns       string `json:"netns"`
-	PCI         string `json:"pci"`
-	PF          string `json:"pf,omitempty"`
-	VFIndex     int    `json:"vfIndex"`
-	AltName     string `json:"altName"`
+	// The pod, from CNI_ARGS (K8S_POD_*) as Multus and the CRI runtimes
+	// pass them; empty in records of earlier releases and of runtimes that
+	// pass none.
+	PodNamespace string `json:"podNamespace,omitempty"`
+	PodName      string `json:"podName,omitempty"`
+	PodUID       string `json:"podUID,omitempty"`
+	PCI          string `json:"pci"`
+	PF           string `json:"pf,omitempty"`
+	VFIndex      int    `json:"vfIndex"`
+	AltName      string `json:"altName"`
 	// AddedAltName is true when ADD added the altname (DEL then removes it,
 	// returning the device as it came).
 	AddedAltName bool      `json:"addedAltName,omitempty"`
