@@ -97,6 +97,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if err != nil {
 		return asCNIError(err, a)
 	}
+	p.publishDeviceInfo(a)
 	res := correctResult(a.prev, current.Interface{
 		Name: args.IfName, Mac: a.obs.MAC, Mtu: a.obs.MTU, Sandbox: args.Netns, PciID: a.pci,
 	})

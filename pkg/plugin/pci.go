@@ -48,17 +48,9 @@ func resolvePCI(conf *config.NetConf, prev *current.Result, netns, ifName string
 
 func readDeviceInfo(path string) (string, error) {
 	field := "runtimeConfig.CNIDeviceInfoFile"
-	f, err := os.Open(path)
+	data, err := readBounded(path, maxDeviceInfoSize)
 	if err != nil {
-		return "", &config.Error{Field: field, Reason: fmt.Sprintf("cannot read %s: %v", path, err)}
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxDeviceInfoSize+1))
-	if err != nil {
-		return "", &config.Error{Field: field, Reason: fmt.Sprintf("cannot read %s: %v", path, err)}
-	}
-	if len(data) > maxDeviceInfoSize {
-		return "", &config.Error{Field: field, Reason: fmt.Sprintf("%s is larger than %d bytes", path, maxDeviceInfoSize)}
+		return "", &config.Error{Field: field, Reason: err.Error()}
 	}
 	var di deviceInfo
 	if err := json.Unmarshal(data, &di); err != nil {
@@ -68,4 +60,21 @@ func readDeviceInfo(path string) (string, error) {
 		return "", &config.Error{Field: field, Reason: fmt.Sprintf("%s describes a %q device, want \"pci\"", path, di.Type)}
 	}
 	return config.NormalizePCI(field+" pci.pci-address", di.PCI.Address)
+}
+
+// readBounded reads a file of at most limit bytes.
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read %s: %w", path, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("cannot read %s: %w", path, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
+	}
+	return data, nil
 }

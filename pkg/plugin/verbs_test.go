@@ -1,6 +1,7 @@
 package plugin_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -38,6 +39,7 @@ func TestAdd(t *testing.T) {
 	requireRoot(t)
 	node := newDGX(t)
 	const ctr = "ctr-new"
+	devInfo := filepath.Join(t.TempDir(), "devinfo.json")
 	type addCase struct {
 		name string
 		// podName is the VF's name in the pod when ADD runs; "" leaves it
@@ -87,6 +89,27 @@ func TestAdd(t *testing.T) {
 				t.Errorf("result interfaces (-want +got):\n%s", diff)
 			}
 		}},
+		{name: "device info file completed for network-status", podName: "net1",
+			extra: map[string]any{"runtimeConfig": map[string]any{"CNIDeviceInfoFile": devInfo}},
+			setup: func(t *testing.T, f *fixture) {
+				in := `{"type":"pci","version":"1.1.0","pci":{"pci-address":"` + f.vf.PCI + `"}}`
+				if err := os.WriteFile(devInfo, []byte(in), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			},
+			check: func(t *testing.T, f *fixture, _ *current.Result) {
+				var got struct {
+					PCI map[string]string `json:"pci"`
+				}
+				data, err := os.ReadFile(devInfo)
+				if err == nil {
+					err = json.Unmarshal(data, &got)
+				}
+				want := map[string]string{"pci-address": f.vf.PCI, "rdma-device": f.vf.RDMA, "pf-pci-address": f.sys.PFs[0].PCI}
+				if diff := cmp.Diff(want, got.PCI); err != nil || diff != "" {
+					t.Errorf("device info after ADD (-want +got, %v):\n%s", err, diff)
+				}
+			}},
 		{name: "pod identity from CNI_ARGS", podName: "net1",
 			args: func(_ *fixture, a *skel.CmdArgs) {
 				a.Args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=train;K8S_POD_NAME=worker-3;K8S_POD_INFRA_CONTAINER_ID=ctr-new;K8S_POD_UID=0f1e2d3c"
