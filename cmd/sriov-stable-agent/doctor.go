@@ -23,7 +23,11 @@ all-F or duplicate GUIDs, missing VFs, unstable VF names, missing altnames;
 with --spec, also everything hostconfig --check compares with the node's spec.
 It only reads: sysfs, the kernel log and the host's links.
 
-One line per finding: severity, check, subject, message and remedy.
+One line per finding: severity, check, subject, message and remedy; with
+--json a JSON report; with --npd one line of at most --npd-max-output bytes
+for node-problem-detector's custom plugin monitor
+(deploy/node-problem-detector), which reads the exit status as: 0 healthy,
+1 problem, anything else unknown.
 Exit status: 0 no errors (warnings may be present), 1 errors found,
 2 bad flags or sysfs not readable.
 `
@@ -33,9 +37,17 @@ func runDoctor(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	c := cmdline.New("sriov-stable-agent doctor", doctorUsage, stdout, stderr)
 	sysfsRoot := c.Flags.String("sysfs-root", config.DefaultSysfsRoot, "where the host's sysfs is mounted")
 	asJSON := c.Flags.Bool("json", false, "print the report as JSON")
+	npd := c.Flags.Bool("npd", false, "print one summary line for node-problem-detector (see --npd-max-output)")
+	npdMax := c.Flags.Int("npd-max-output", 80, "with --npd, the longest line to print: the monitor config's max_output_length")
 	expect := addDoctorFlags(c.Flags, "")
 	if code, ok := c.Parse(args); !ok {
 		return code
+	}
+	if *asJSON && *npd {
+		return c.Fail(cmdline.ExitUsage, "--json and --npd exclude each other")
+	}
+	if *npdMax < 1 {
+		return c.Fail(cmdline.ExitUsage, "--npd-max-output %d must be positive", *npdMax)
 	}
 	opts, err := expect.options(*sysfsRoot)
 	if err != nil {
@@ -45,7 +57,10 @@ func runDoctor(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return c.Fail(cmdline.ExitUsage, "%v", err)
 	}
-	if *asJSON {
+	switch {
+	case *npd:
+		_, err = fmt.Fprintln(stdout, rep.NPDSummary(*npdMax))
+	case *asJSON:
 		out := struct {
 			*doctor.Report
 			Errors   int `json:"errors"`
@@ -55,7 +70,7 @@ func runDoctor(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		err = enc.Encode(out)
-	} else {
+	default:
 		err = rep.WriteText(stdout)
 	}
 	if err != nil {

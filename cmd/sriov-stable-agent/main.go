@@ -24,6 +24,7 @@ const usage = `sriov-stable-agent: node agent for sriov-stable-cni.
   sriov-stable-agent monitor [flags]      re-check attachments for drift, run the node doctor, serve /metrics
   sriov-stable-agent doctor [flags]       check this node for the known SR-IOV root causes
   sriov-stable-agent hostconfig [flags]   generate persistent VF names and GUID setup, or check a node
+  sriov-stable-agent install --dir DIR    copy this binary into DIR (node-problem-detector's init container)
   sriov-stable-agent version              version and commit
   sriov-stable-agent help                 this text
 
@@ -44,6 +45,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"monitor":    runMonitor,
 		"doctor":     runDoctor,
 		"hostconfig": runHostconfig,
+		"install":    runInstall,
 		"version":    runVersion,
 		"--version":  runVersion,
 	}, args, stdout, stderr)
@@ -54,6 +56,6 @@ func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) int 
 	if code, ok := c.Parse(args); !ok {
 		return code
 	}
-	fmt.Fprintf(stdout, "sriov-stable-agent %s\ncommit: %s\n", buildinfo.Version, buildinfo.Commit)
+	fmt.Fprintf(stdout, "%s\ncommit: %s\n", versionLine(), buildinfo.Commit)
 	return cmdline.ExitOK
 }

@@ -63,6 +63,10 @@ type Options struct {
 	Versions []string
 	// VerifyTimeout bounds the VERSION run; DefaultVerifyTimeout when zero.
 	VerifyTimeout time.Duration
+	// Verify, when set, replaces the CNI VERSION check for a binary that is
+	// not a CNI plugin (the agent): it runs the copy at path and returns
+	// an error wrapping ErrVerify when the copy does not work.
+	Verify func(ctx context.Context, path string) error
 }
 
 // Action says what Install did.
@@ -109,7 +113,7 @@ func Install(ctx context.Context, o Options) (res Result, err error) {
 	if o.VerifyTimeout <= 0 {
 		o.VerifyTimeout = DefaultVerifyTimeout
 	}
-	if len(o.Versions) == 0 {
+	if len(o.Versions) == 0 && o.Verify == nil {
 		return Result{}, errors.New("no expected CNI versions given to verify against")
 	}
 	dir, err := openDir(o.Dir)
@@ -133,7 +137,7 @@ func Install(ctx context.Context, o Options) (res Result, err error) {
 		return Result{}, err
 	}
 	if previous == Unchanged {
-		if res.Versions, err = verify(ctx, res.Path, o.Versions, o.VerifyTimeout); err != nil {
+		if res.Versions, err = o.verify(ctx, res.Path); err != nil {
 			return Result{}, fmt.Errorf("%s is already this binary but does not run: %w", res.Path, err)
 		}
 		res.Action = Unchanged
@@ -149,7 +153,7 @@ func Install(ctx context.Context, o Options) (res Result, err error) {
 			os.Remove(tmp)
 		}
 	}()
-	if res.Versions, err = verify(ctx, tmp, o.Versions, o.VerifyTimeout); err != nil {
+	if res.Versions, err = o.verify(ctx, tmp); err != nil {
 		if previous == Replaced {
 			return Result{}, fmt.Errorf("kept the previous %s: %w", res.Path, err)
 		}
@@ -321,6 +325,17 @@ func commit(dir *os.File, tmp, final string) error {
 	return nil
 }
 
+// verify proves the copy at path works: o.Verify when set, else the CNI
+// VERSION check against o.Versions.
+func (o Options) verify(ctx context.Context, path string) ([]string, error) {
+	if o.Verify == nil {
+		return verify(ctx, path, o.Versions, o.VerifyTimeout)
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.VerifyTimeout)
+	defer cancel()
+	return nil, o.Verify(ctx, path)
+}
+
 // verify runs path as a runtime would for CNI_COMMAND=VERSION and checks the
 // supported versions it reports are exactly want. It returns what was
 // reported. Every failure wraps ErrVerify.
@@ -345,17 +360,45 @@ func verify(ctx context.Context, path string, want []string, timeout time.Durati
 }
 
 // runVersion executes path with CNI_COMMAND=VERSION and a version request on
-// stdin, as libcni does, and returns its stdout. A freshly written file can
-// briefly be "text file busy" when another goroutine forked while it was
-// open for writing; that is retried for a bounded time.
+// stdin, as libcni does, and returns its stdout.
 func runVersion(ctx context.Context, path string, timeout time.Duration) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	out, err := runCopy(ctx, path, nil, []string{"CNI_COMMAND=VERSION"}, `{"cniVersion":"1.1.0"}`)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil, fmt.Errorf("CNI_COMMAND=VERSION did not finish within %s", timeout)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("CNI_COMMAND=VERSION: %w", err)
+	}
+	return out, nil
+}
+
+// VersionLine returns a Verify for Options that runs the copy with the
+// argument "version" and wants want as the first line it prints.
+func VersionLine(want string) func(ctx context.Context, path string) error {
+	return func(ctx context.Context, path string) error {
+		out, err := runCopy(ctx, path, []string{"version"}, nil, "")
+		if err != nil {
+			return fmt.Errorf("%w: version: %w", ErrVerify, err)
+		}
+		if got, _, _ := strings.Cut(string(out), "\n"); got != want {
+			return fmt.Errorf("%w: version printed %q, expected %q (is it a different build?)", ErrVerify, clip([]byte(got)), want)
+		}
+		return nil
+	}
+}
+
+// runCopy executes path with args, env and stdin until ctx ends, and
+// returns its stdout. A freshly written file can briefly be "text file
+// busy" when another goroutine forked while it was open for writing; that
+// is retried until ctx ends.
+func runCopy(ctx context.Context, path string, args, env []string, stdin string) ([]byte, error) {
 	for {
 		var stdout, stderr bytes.Buffer
-		cmd := exec.CommandContext(ctx, path)
-		cmd.Env = []string{"CNI_COMMAND=VERSION"}
-		cmd.Stdin = strings.NewReader(`{"cniVersion":"1.1.0"}`)
+		cmd := exec.CommandContext(ctx, path, args...)
+		cmd.Env = env
+		cmd.Stdin = strings.NewReader(stdin)
 		cmd.Stdout = &limitedWriter{w: &stdout, n: 64 << 10}
 		cmd.Stderr = &limitedWriter{w: &stderr, n: 4 << 10}
 		// Its own process group, so a timeout also ends anything it forked.
@@ -373,13 +416,13 @@ func runVersion(ctx context.Context, path string, timeout time.Duration) ([]byte
 			}
 			continue
 		case ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
-			return nil, fmt.Errorf("CNI_COMMAND=VERSION did not finish within %s", timeout)
+			return nil, fmt.Errorf("did not finish in time: %w", ctx.Err())
 		case errors.Is(err, fs.ErrPermission):
 			return nil, fmt.Errorf("cannot execute %s (is the directory mounted noexec?): %w", path, err)
 		}
 		var exitErr *exec.ExitError
 		if errors.As(err, &exitErr) {
-			return nil, fmt.Errorf("CNI_COMMAND=VERSION exited with %s: %q", exitErr.ProcessState, clip(stderr.Bytes()))
+			return nil, fmt.Errorf("exited with %s: %q", exitErr.ProcessState, clip(stderr.Bytes()))
 		}
 		return nil, fmt.Errorf("run %s: %w", path, err)
 	}

@@ -490,3 +490,32 @@ func TestValidateName(t *testing.T) {
 		}
 	}
 }
+
+// TestVersionLine checks the agent's verification: the copy must print
+// the wanted first line for "version".
+func TestVersionLine(t *testing.T) {
+	dir := t.TempDir()
+	script := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	verify := VersionLine("sriov-stable-agent v1.2.3")
+	for _, tc := range []struct {
+		name, body string
+		ok         bool
+	}{
+		{"this build", `[ "$1" = version ] && printf 'sriov-stable-agent v1.2.3\ncommit: abc\n'`, true},
+		{"another build", `printf 'sriov-stable-agent v0.9\ncommit: abc\n'`, false},
+		{"fails", `exit 3`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := verify(context.Background(), script(strings.ReplaceAll(tc.name, " ", "-"), tc.body))
+			if (err == nil) != tc.ok || err != nil && !errors.Is(err, ErrVerify) {
+				t.Errorf("verify: %v, want ok=%v (errors wrap ErrVerify)", err, tc.ok)
+			}
+		})
+	}
+}
