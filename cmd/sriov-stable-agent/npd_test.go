@@ -107,6 +107,7 @@ func TestNPDConfigRunsTheDoctor(t *testing.T) {
 			if code != tc.code {
 				t.Fatalf("%v: exit %d, want %d\n%s%s", args, code, tc.code, out, errOut)
 			}
+			t.Logf("exit %d: %s", code, out)
 			if n := len(strings.TrimSuffix(out, "\n")); n > c.PluginConfig.MaxOutputLength {
 				t.Errorf("output of %d bytes, over max_output_length %d: %q", n, c.PluginConfig.MaxOutputLength, out)
 			}
