@@ -1,15 +1,20 @@
 package vfnet
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
 )
 
 // NetnsID identifies a network namespace: the device and inode of its nsfs
@@ -99,32 +104,162 @@ func lastSeen(links []netlink.Link, index int, mac string) netlink.Link {
 	return nil
 }
 
-// Subscribe opens a NETLINK_ROUTE socket inside the network namespace at
-// path, subscribed to its link notifications (RTNLGRP_LINK: RTM_NEWLINK on
-// a rename, an altname added or removed, carrier, MTU, address or flags
-// changing, or a link arriving; RTM_DELLINK on a link leaving), and
-// returns the namespace's ID. Updates go to ch until done is closed, which
-// closes the socket; then, or when receiving fails (an overflowing socket
-// buffer loses events), ch is closed. onErr hears receive errors. Only the
-// socket is made inside the netns, on a locked thread that comes back, as
-// InNetns does. The socket holds the namespace: a netns whose path is gone
-// lives on until done is closed. A path that does not exist or is not a
-// netns yields an error wrapping ErrNetnsGone.
+// LinkWatch is a NETLINK_ROUTE socket inside one network namespace,
+// subscribed to its link notifications (RTNLGRP_LINK): RTM_NEWLINK on a
+// rename, an altname added or removed on an up link, carrier, MTU, address
+// or flags changing, or a link arriving; RTM_DELLINK on a link leaving.
+// Ask has the kernel send a link's state on the same socket, so a caller
+// polling the link needs no second socket. The socket holds the
+// namespace: a netns whose path is gone lives on until Close.
+type LinkWatch struct {
+	id     NetnsID
+	path   string
+	f      *os.File
+	conn   syscall.RawConn
+	closed atomic.Bool
+}
+
+// WatchLinks opens a LinkWatch in the network namespace at path. Only the
+// socket is made inside the netns, on a thread ns.Do locks and brings back,
+// as InNetns does. A goroutine receives until Close: onLink hears every
+// notification and answer (the update is the caller's), onErr every error
+// message and every loss of notifications (ENOBUFS: the socket buffer
+// overflowed), onEnd once when receiving ends, with nil after Close. A
+// path that does not exist or is not a netns yields an error wrapping
+// ErrNetnsGone.
 // Equivalent to: ip -netns $path monitor link
-func Subscribe(path string, ch chan<- netlink.LinkUpdate, done <-chan struct{}, onErr func(error)) (NetnsID, error) {
+//
+// netlink's LinkSubscribeWithOptions would do but for two things: it
+// offers no way to ask on the same socket (its ListExisting sends to the
+// multicast group, which a socket without CAP_NET_ADMIN may not), and it
+// allocates a 64 KiB buffer per message received.
+func WatchLinks(path string, onLink func(netlink.LinkUpdate), onErr, onEnd func(error)) (*LinkWatch, error) {
 	target, err := openNetns(path)
 	if err != nil {
-		return NetnsID{}, err
+		return nil, err
 	}
 	defer target.Close()
 	id, err := fdNetnsID(target.Fd(), path)
 	if err != nil {
-		return NetnsID{}, err
+		return nil, err
 	}
-	h := netns.NsHandle(target.Fd())
-	err = netlink.LinkSubscribeWithOptions(ch, done, netlink.LinkSubscribeOptions{Namespace: &h, ErrorCallback: onErr})
+	fd := -1
+	err = target.Do(func(ns.NetNS) error {
+		s, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_ROUTE)
+		if err != nil {
+			return os.NewSyscallError("socket", err)
+		}
+		fd = s
+		if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: unix.RTMGRP_LINK}); err != nil {
+			unix.Close(fd)
+			return os.NewSyscallError("bind", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return NetnsID{}, fmt.Errorf("subscribe to link changes in netns %s: %w", path, err)
+		return nil, fmt.Errorf("watch links in netns %s: %w", path, err)
 	}
-	return id, nil
+	// Non-blocking: receives wait in the runtime's poller and Close ends them.
+	w := &LinkWatch{id: id, path: path, f: os.NewFile(uintptr(fd), "netlink")}
+	if w.conn, err = w.f.SyscallConn(); err != nil {
+		w.f.Close()
+		return nil, fmt.Errorf("watch links in netns %s: %w", path, err)
+	}
+	go w.receive(onLink, onErr, onEnd)
+	return w, nil
+}
+
+// ID is the ID of the watched namespace.
+func (w *LinkWatch) ID() NetnsID { return w.id }
+
+// Close closes the socket; the receiving goroutine ends and calls onEnd(nil).
+func (w *LinkWatch) Close() {
+	if w.closed.CompareAndSwap(false, true) {
+		w.f.Close()
+	}
+}
+
+// Ask asks the kernel for the link with index; the answer comes to onLink
+// like a notification, or to onErr (ENODEV when there is no such link).
+// Equivalent to: ip -netns $path link show dev $index
+func (w *LinkWatch) Ask(index int) error {
+	req := nl.NewNetlinkRequest(unix.RTM_GETLINK, 0)
+	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
+	msg.Index = int32(index)
+	req.AddData(msg)
+	data := req.Serialize()
+	var serr error
+	err := w.conn.Write(func(fd uintptr) bool {
+		serr = unix.Sendto(int(fd), data, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
+		return serr != unix.EAGAIN
+	})
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("ask for link %d in netns %s: %w", index, w.path, err)
+	}
+	return nil
+}
+
+// receive reads the socket until it is closed or fails.
+func (w *LinkWatch) receive(onLink func(netlink.LinkUpdate), onErr, onEnd func(error)) {
+	buf := make([]byte, 16<<10) // a VF's link message is a few KiB
+	for {
+		var n int
+		var from unix.Sockaddr
+		var rerr error
+		err := w.conn.Read(func(fd uintptr) bool {
+			n, from, rerr = unix.Recvfrom(int(fd), buf, 0)
+			return rerr != unix.EAGAIN
+		})
+		if err == nil {
+			err = rerr
+		}
+		switch {
+		case w.closed.Load():
+			onEnd(nil)
+			return
+		case errors.Is(err, unix.ENOBUFS):
+			onErr(fmt.Errorf("link notifications in netns %s lost: %w", w.path, err))
+			continue
+		case err != nil:
+			onEnd(fmt.Errorf("receive link notifications in netns %s: %w", w.path, err))
+			return
+		}
+		if sa, ok := from.(*unix.SockaddrNetlink); !ok || sa.Pid != nl.PidKernel {
+			continue
+		}
+		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+		if err != nil {
+			onErr(fmt.Errorf("link notification in netns %s: %w", w.path, err))
+			continue
+		}
+		for _, m := range msgs {
+			w.deliver(m, onLink, onErr)
+		}
+	}
+}
+
+func (w *LinkWatch) deliver(m syscall.NetlinkMessage, onLink func(netlink.LinkUpdate), onErr func(error)) {
+	switch m.Header.Type {
+	case unix.NLMSG_ERROR:
+		if len(m.Data) >= 4 {
+			if errno := -int32(binary.NativeEndian.Uint32(m.Data[:4])); errno != 0 {
+				onErr(fmt.Errorf("link request in netns %s: %w", w.path, syscall.Errno(errno)))
+			}
+		}
+		return
+	case unix.RTM_NEWLINK, unix.RTM_DELLINK:
+	default:
+		return
+	}
+	data := bytes.Clone(m.Data) // the receive buffer is reused
+	header := unix.NlMsghdr(m.Header)
+	link, err := netlink.LinkDeserialize(&header, data)
+	if err != nil {
+		onErr(fmt.Errorf("link notification in netns %s: %w", w.path, err))
+		return
+	}
+	onLink(netlink.LinkUpdate{IfInfomsg: *nl.DeserializeIfInfomsg(data), Header: header, Link: link})
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -43,24 +44,31 @@ func sockets(t *testing.T) int {
 	return n
 }
 
-// TestSubscribe: a subscription made in a netns hears the link changes the
-// monitor acts on there (rename, altname, carrier, MTU, the link leaving),
-// names the netns, holds one socket and closes it when done is closed.
-func TestSubscribe(t *testing.T) {
-	target, path := newNetns(t)
-	addVeth(t, target, "vf0", "peer0")
-	before := sockets(t)
-	ch := make(chan netlink.LinkUpdate, 16)
-	done := make(chan struct{})
-	id, err := vfnet.Subscribe(path, ch, done, func(err error) {})
+// watch opens a LinkWatch on path whose updates and errors go to channels.
+func watch(t *testing.T, path string) (*vfnet.LinkWatch, <-chan netlink.LinkUpdate, <-chan error, <-chan error) {
+	t.Helper()
+	updates, errs, ended := make(chan netlink.LinkUpdate, 64), make(chan error, 64), make(chan error, 1)
+	w, err := vfnet.WatchLinks(path, func(u netlink.LinkUpdate) { updates <- u }, func(err error) { errs <- err }, func(err error) { ended <- err })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want, err := vfnet.NetnsIDOf(path); err != nil || id != want || id.IsZero() {
-		t.Errorf("Subscribe's netns ID %v, NetnsIDOf %v (%v): want equal and not zero", id, want, err)
+	return w, updates, errs, ended
+}
+
+// TestWatchLinks: a watch made in a netns hears the link changes the
+// monitor acts on there (rename, altname, carrier, MTU, the link leaving),
+// answers what it is asked about a link, names the netns, holds one socket
+// and closes it on Close.
+func TestWatchLinks(t *testing.T) {
+	target, path := newNetns(t)
+	addVeth(t, target, "vf0", "peer0")
+	before := sockets(t)
+	w, ch, errs, ended := watch(t, path)
+	if want, err := vfnet.NetnsIDOf(path); err != nil || w.ID() != want || w.ID().IsZero() {
+		t.Errorf("the watch's netns ID %v, NetnsIDOf %v (%v): want equal and not zero", w.ID(), want, err)
 	}
 	if got := sockets(t); got != before+1 {
-		t.Errorf("%d netlink sockets while subscribed, want %d", got, before+1)
+		t.Errorf("%d netlink sockets while watching, want %d", got, before+1)
 	}
 	in := func(f func() error) {
 		t.Helper()
@@ -75,33 +83,56 @@ func TestSubscribe(t *testing.T) {
 		}
 		return l
 	}
-	in(func() error { l := link("vf0"); _ = netlink.LinkSetDown(l); return netlink.LinkSetName(l, "eth9") })
+	var idx int
+	in(func() error {
+		l := link("vf0")
+		idx = l.Attrs().Index
+		_ = netlink.LinkSetDown(l)
+		return netlink.LinkSetName(l, "eth9")
+	})
 	nextUpdate(t, ch, "the rename", func(u netlink.LinkUpdate) bool { return u.Attrs().Name == "eth9" })
 	// The kernel announces an altname change only on an up link
-	// (netdev_state_change): a down VF's altname is the sweep's.
-	in(func() error { return netlink.LinkSetUp(link("eth9")) })
+	// (netdev_state_change); on a down one, only asking finds it.
 	in(func() error { return netlink.LinkAddAltName(link("eth9"), "vf-0000-18-00.2") })
-	nextUpdate(t, ch, "the altname", func(u netlink.LinkUpdate) bool { return slices.Contains(u.Attrs().AltNames, "vf-0000-18-00.2") })
+	if err := w.Ask(idx); err != nil {
+		t.Fatal(err)
+	}
+	nextUpdate(t, ch, "the answer with the altname", func(u netlink.LinkUpdate) bool { return slices.Contains(u.Attrs().AltNames, "vf-0000-18-00.2") })
+	in(func() error { return netlink.LinkSetUp(link("eth9")) })
+	in(func() error { return netlink.LinkDelAltName(link("eth9"), "vf-0000-18-00.2") })
+	nextUpdate(t, ch, "the altname gone", func(u netlink.LinkUpdate) bool { return u.Attrs().Name == "eth9" && len(u.Attrs().AltNames) == 0 })
 	in(func() error { return netlink.LinkSetMTU(link("eth9"), 1400) })
 	nextUpdate(t, ch, "the MTU", func(u netlink.LinkUpdate) bool { return u.Attrs().Name == "eth9" && u.Attrs().MTU == 1400 })
 	in(func() error { return netlink.LinkSetDown(link("peer0")) })
 	nextUpdate(t, ch, "the carrier drop", func(u netlink.LinkUpdate) bool { return u.Attrs().Name == "eth9" && !vfnet.HasCarrier(u.Link) })
 	in(func() error { return netlink.LinkDel(link("eth9")) })
 	nextUpdate(t, ch, "the link leaving", func(u netlink.LinkUpdate) bool { return u.Header.Type == 17 /* RTM_DELLINK */ })
-
-	close(done)
-	for range ch { // closed once the socket is
+	if err := w.Ask(idx); err != nil {
+		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for sockets(t) != before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	select {
+	case err := <-errs:
+		if !errors.Is(err, syscall.ENODEV) {
+			t.Errorf("asking for a link that left: %v, want ENODEV", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("no answer to asking for a link that left")
+	}
+
+	w.Close()
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Errorf("the watch ended with %v after Close, want nil", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watch did not end within 5s of Close")
 	}
 	if got := sockets(t); got != before {
-		t.Errorf("%d netlink sockets after done was closed, want %d", got, before)
+		t.Errorf("%d netlink sockets after Close, want %d", got, before)
 	}
-
-	if _, err := vfnet.Subscribe(t.TempDir()+"/gone", ch, done, nil); !errors.Is(err, vfnet.ErrNetnsGone) {
-		t.Errorf("Subscribe to a missing netns = %v, want ErrNetnsGone", err)
+	if _, err := vfnet.WatchLinks(t.TempDir()+"/gone", nil, nil, nil); !errors.Is(err, vfnet.ErrNetnsGone) {
+		t.Errorf("WatchLinks on a missing netns = %v, want ErrNetnsGone", err)
 	}
 }
 
