@@ -339,15 +339,26 @@ func (p *portPoll) list() []string {
 	return files
 }
 
+// settle is how long a queued check waits for the rest of the change it
+// was queued for: a rename is three notifications (down, rename, up) and a
+// check between them would report the link down. It is the least latency
+// of an event's check.
+const settle = 30 * time.Millisecond
+
 // queue holds the attachments to check, each at most once, in the order
 // their changes came: a burst is worked off in order and no attachment
-// waits behind another's repeated changes.
+// waits behind another's repeated changes. Each waits settle first.
 type queue struct {
 	mu     sync.Mutex
-	keys   []state.Key
+	items  []queued
 	queued map[state.Key]bool
 	wake   chan struct{}
 	counts func(source string) // counts what queued checks; may be nil
+}
+
+type queued struct {
+	key state.Key
+	due time.Time
 }
 
 func newQueue() *queue {
@@ -360,42 +371,56 @@ func (q *queue) push(key state.Key, source string) {
 	q.mu.Lock()
 	if !q.queued[key] {
 		q.queued[key] = true
-		q.keys = append(q.keys, key)
+		q.items = append(q.items, queued{key, time.Now().Add(settle)})
 	}
 	count := q.counts
 	q.mu.Unlock()
 	if source != "" && count != nil {
 		count(source)
 	}
+	q.signal()
+}
+
+func (q *queue) signal() {
 	select {
 	case q.wake <- struct{}{}:
 	default:
 	}
 }
 
-// pop returns the oldest queued key, waiting for one until ctx ends.
+// pop returns the oldest queued key once it is due, waiting until ctx ends.
 func (q *queue) pop(ctx context.Context) (state.Key, bool) {
 	for {
 		q.mu.Lock()
-		if len(q.keys) > 0 {
-			key := q.keys[0]
-			q.keys = q.keys[1:]
-			delete(q.queued, key)
-			more := len(q.keys) > 0
-			q.mu.Unlock()
-			if more {
-				select { // hand the rest to another worker
-				case q.wake <- struct{}{}:
-				default:
+		var wait time.Duration = -1
+		if len(q.items) > 0 {
+			head := q.items[0]
+			if wait = time.Until(head.due); wait <= 0 {
+				q.items = q.items[1:]
+				delete(q.queued, head.key)
+				more := len(q.items) > 0
+				q.mu.Unlock()
+				if more {
+					q.signal() // hand the rest to another worker
 				}
+				return head.key, true
 			}
-			return key, true
 		}
 		q.mu.Unlock()
+		var due <-chan time.Time
+		var t *time.Timer
+		if wait > 0 {
+			t = time.NewTimer(wait)
+			due = t.C
+		}
 		select {
 		case <-q.wake:
+		case <-due:
 		case <-ctx.Done():
 			return state.Key{}, false
+		}
+		if t != nil {
+			t.Stop()
 		}
 	}
 }
