@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -65,6 +66,8 @@ func (m *Monitor) stopEvents() {
 			a.sub = nil
 		}
 		a.pathID = vfnet.NetnsID{}
+		a.ports.close()
+		a.ports = nil
 		if a.retry != nil {
 			a.retry.Stop()
 			a.retry, a.retryAt = nil, time.Time{}
@@ -247,11 +250,12 @@ func (m *Monitor) pollNetns() []*attachment {
 		sub, idx := a.sub, a.ifindex
 		m.mu.Unlock()
 		closing.close()
-		if !changed && current && sub != nil && idx != 0 {
-			// Carrier notifications wait for the kernel's linkwatch, up
-			// to a second after the last link event anywhere on the
-			// node; the answer comes at once, and shows what a down
-			// link's altname change does not announce.
+		if !changed && current && sub != nil && idx != 0 && len(a.rec.RDMA) == 0 {
+			// The carrier is the port state of a VF without RDMA
+			// device, and its notifications wait for the kernel's
+			// linkwatch, up to a second after the last link event
+			// anywhere on the node; the answer comes at once (and shows
+			// what a down link's altname change does not announce).
 			_ = sub.watch.Ask(idx)
 		}
 		if !changed || !current {
@@ -283,17 +287,27 @@ func (m *Monitor) pollPorts(atts []*attachment) {
 // its RDMA devices, the logical state and the link layer. phys_state is
 // left out: a port whose physical link drops leaves ACTIVE too, and the
 // check that follows reads everything. On mlx5 a port state read queries
-// the firmware, so a few reads per VF per interval is the budget.
+// the firmware, so a few reads per VF per interval is the budget. The
+// files stay open and are read again at offset 0, which makes sysfs (and
+// seq_file) produce the value anew: one pread per file per poll instead of
+// open, stat, read and close. A read that fails (the device was removed or
+// probed again) closes them all; the next poll opens what is there then.
 type portPoll struct {
-	sys   sysfs.Reader
-	pci   string
-	busy  atomic.Bool
-	files []string // nil: list them again
-	last  []byte   // the values read last, concatenated
+	sys    sysfs.Reader
+	pci    string
+	busy   atomic.Bool // a read is under way, perhaps hanging
+	closed atomic.Bool
+	// stale asks for the files to be opened anew, as each sweep does: a
+	// file replaced rather than removed (not sysfs, whose removed files
+	// fail to read) is read from its new inode at least that often.
+	stale atomic.Bool
+	files []*os.File // nil: open them at the next poll
+	last  []byte     // the values read last, concatenated
+	buf   []byte
 }
 
 func newPortPoll(sys sysfs.Reader, pci string) *portPoll {
-	return &portPoll{sys: sys, pci: pci}
+	return &portPoll{sys: sys, pci: pci, buf: make([]byte, 64)}
 }
 
 // changed reads the files and reports whether they differ from the last
@@ -302,18 +316,25 @@ func (p *portPoll) changed() bool {
 	if !p.busy.CompareAndSwap(false, true) {
 		return false // a read is hanging
 	}
-	defer p.busy.Store(false)
+	defer p.release()
+	if p.closed.Load() {
+		return false
+	}
+	if p.stale.Swap(false) {
+		p.closeFiles()
+	}
 	if p.files == nil {
-		p.files = p.list()
+		p.files = p.open()
 	}
 	var now []byte
 	for _, f := range p.files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			// The device went or was probed again: list anew next time.
-			p.files, b = nil, []byte("unreadable")
+		n, err := f.ReadAt(p.buf, 0)
+		if err != nil && !errors.Is(err, io.EOF) || n == 0 {
+			p.closeFiles() // gone or probed again: open anew next time
+			now = append(now, "unreadable"...)
+			break
 		}
-		now = append(append(now, b...), 0)
+		now = append(append(now, p.buf[:n]...), 0)
 	}
 	first := p.last == nil
 	diff := !bytes.Equal(now, p.last)
@@ -321,20 +342,45 @@ func (p *portPoll) changed() bool {
 	return diff && !first
 }
 
-// list finds the files to poll: infiniband/*/ports/*/{state,link_layer}.
-func (p *portPoll) list() []string {
-	var files []string
+// release ends a read; the files of a poll closed meanwhile are closed now.
+func (p *portPoll) release() {
+	if p.closed.Load() {
+		p.closeFiles()
+	}
+	p.busy.Store(false)
+}
+
+// close closes the files, now or when the read under way ends.
+func (p *portPoll) close() {
+	if p == nil {
+		return
+	}
+	p.closed.Store(true)
+	if p.busy.CompareAndSwap(false, true) {
+		p.release()
+	}
+}
+
+func (p *portPoll) closeFiles() {
+	for _, f := range p.files {
+		f.Close()
+	}
+	p.files = nil
+}
+
+// open opens the files to poll: infiniband/*/ports/*/{state,link_layer}.
+func (p *portPoll) open() []*os.File {
+	files := []*os.File{} // opened: none is not nil
 	devs, _ := os.ReadDir(p.sys.PCIPath(p.pci, "infiniband"))
 	for _, d := range devs {
 		ports, _ := os.ReadDir(p.sys.PCIPath(p.pci, "infiniband", d.Name(), "ports"))
 		for _, port := range ports {
 			for _, attr := range []string{"state", "link_layer"} {
-				files = append(files, p.sys.PCIPath(p.pci, "infiniband", d.Name(), "ports", port.Name(), attr))
+				if f, err := os.Open(p.sys.PCIPath(p.pci, "infiniband", d.Name(), "ports", port.Name(), attr)); err == nil {
+					files = append(files, f)
+				}
 			}
 		}
-	}
-	if files == nil {
-		files = []string{} // listed: none
 	}
 	return files
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -305,10 +306,27 @@ func netlinkSockets(t *testing.T) int {
 	return c
 }
 
+// openUnder counts this process's open files under dir.
+func openUnder(t *testing.T, dir string) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := 0
+	for _, fd := range fds {
+		if target, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && strings.HasPrefix(target, dir+"/") {
+			c++
+		}
+	}
+	return c
+}
+
 // Subscriptions follow the records: one socket per attachment while its
 // netns exists; a record deleted or a netns gone closes its socket (so the
 // netns can go), a new record opens one, and when Run returns every socket
-// is closed and every goroutine it started has ended.
+// and every polled sysfs file is closed and every goroutine it started has
+// ended.
 func TestSubscriptionsFollowRecords(t *testing.T) {
 	goroutines := runtime.NumGoroutine()
 	baseline := netlinkSockets(t)
@@ -322,6 +340,7 @@ func TestSubscriptionsFollowRecords(t *testing.T) {
 		})
 	}
 	want("a socket per attachment", 6)
+	n.waitFor("the RDMA VFs' port files open", 5*time.Second, func() bool { return openUnder(t, n.sys.Root) == 4 })
 
 	// DEL removes a record: its socket closes.
 	if err := n.f.store.Delete(n.pods[0].rec.Key()); err != nil {
@@ -351,6 +370,9 @@ func TestSubscriptionsFollowRecords(t *testing.T) {
 	}
 	if got := netlinkSockets(t); got != baseline {
 		t.Errorf("%d netlink sockets after Run returned, want %d", got, baseline)
+	}
+	if got := openUnder(t, n.sys.Root); got != 0 {
+		t.Errorf("%d sysfs files still open after Run returned", got)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for runtime.NumGoroutine() > goroutines && time.Now().Before(deadline) {

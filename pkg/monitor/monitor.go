@@ -315,6 +315,13 @@ func (m *Monitor) Sweep(ctx context.Context) {
 	if m.dirs != nil {
 		m.dirs.ensure() // the state directory may have appeared
 	}
+	m.mu.Lock()
+	for _, a := range m.atts {
+		if a.ports != nil {
+			a.ports.stale.Store(true)
+		}
+	}
+	m.mu.Unlock()
 	sem := make(chan struct{}, m.cfg.Concurrency)
 	var wg sync.WaitGroup
 	for _, rec := range recs {
@@ -541,6 +548,7 @@ func (m *Monitor) forget(a *attachment) {
 		m.podNames[a.rec.AltName] = true
 	}
 	a.sub = nil
+	a.ports.close()
 	if a.retry != nil {
 		a.retry.Stop()
 	}

@@ -179,6 +179,10 @@ func (w *LinkWatch) Close() {
 	}
 }
 
+// rtextFilterSkipStats is RTEXT_FILTER_SKIP_STATS of linux/rtnetlink.h
+// (kernels before 5.6 ignore it and send the counters).
+const rtextFilterSkipStats = 1 << 3
+
 // Ask asks the kernel for the link with index; the answer comes to onLink
 // like a notification, or to onErr (ENODEV when there is no such link).
 // Equivalent to: ip -netns $path link show dev $index
@@ -187,6 +191,8 @@ func (w *LinkWatch) Ask(index int) error {
 	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
 	msg.Index = int32(index)
 	req.AddData(msg)
+	// The counters are a third of the answer and nobody asks for them.
+	req.AddData(nl.NewRtAttr(unix.IFLA_EXT_MASK, nl.Uint32Attr(rtextFilterSkipStats)))
 	data := req.Serialize()
 	var serr error
 	err := w.conn.Write(func(fd uintptr) bool {
