@@ -126,7 +126,15 @@ func (s *subscription) close() {
 func (m *Monitor) subscribe(a *attachment) {
 	rec := a.rec
 	key := rec.Key()
-	ports := newPortPoll(m.sys, rec.PCI)
+	m.mu.Lock()
+	var ports *portPoll
+	if a.ports == nil {
+		// Read before the first check is queued: a change after this read
+		// is seen by the poll, one before it by that check.
+		ports = newPortPoll(m.sys, rec.PCI)
+	}
+	m.mu.Unlock()
+	ports.baseline()
 	s := &subscription{ended: make(chan struct{})}
 	w, err := vfnet.WatchLinks(rec.Netns,
 		func(u netlink.LinkUpdate) { m.linkUpdate(a, u) },
@@ -140,9 +148,10 @@ func (m *Monitor) subscribe(a *attachment) {
 		func(err error) { m.subscriptionEnded(a, s, err) })
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if a.ports == nil {
-		a.ports = ports
+	if a.ports == nil && m.atts[key] == a {
+		a.ports, ports = ports, nil
 	}
+	ports.close() // not needed after all
 	if err != nil {
 		a.pathID, _ = vfnet.NetnsIDOf(rec.Netns) // not again until the path changes
 		m.log.Debug("no link watch", append(attachmentAttrs(rec), "err", err)...)
@@ -340,6 +349,13 @@ func (p *portPoll) changed() bool {
 	diff := !bytes.Equal(now, p.last)
 	p.last = now
 	return diff && !first
+}
+
+// baseline reads the files for the first time (nil: nothing to read).
+func (p *portPoll) baseline() {
+	if p != nil {
+		p.changed()
+	}
 }
 
 // release ends a read; the files of a poll closed meanwhile are closed now.

@@ -430,3 +430,22 @@ func TestRecordsWatchedFromAnEmptyStateDir(t *testing.T) {
 	n.f.wantValue(t, 1, "sriov_stable_sweeps_total")
 	n.f.wantValue(t, 1, "sriov_stable_events_total", "source", sourceRecord)
 }
+
+// A port that goes down between the attachment's first check and the
+// poller's first read is still seen: the poller reads the port before that
+// check is queued, not at its first tick.
+func TestPortChangeRightAfterSubscribing(t *testing.T) {
+	n := newNode(t, Config{PollInterval: time.Second}, 2)
+	n.start()
+	ib := n.pods[1]
+	n.waitFor("the attachments subscribed and checked", 5*time.Second, func() bool {
+		v, _ := n.f.value(t, "sriov_stable_event_subscriptions")
+		ok, _ := n.f.value(t, "sriov_stable_attachments", "network", "ib-a", "status", "ok")
+		return v == 2 && ok == 2
+	})
+	// Let the checks queued by the records (30 ms settle) finish, well
+	// before the poller's first tick at one second.
+	time.Sleep(300 * time.Millisecond)
+	n.sys.SetPort(vfAddr(ib.index), ib.rec.RDMA[0], 1, sysfstest.Port{State: "1: DOWN", PhysState: "3: Disabled"})
+	n.waitFor("the port down seen", 5*time.Second, func() bool { return n.driftOf(drift.PortDown) == 1 })
+}
