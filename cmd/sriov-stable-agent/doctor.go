@@ -39,6 +39,7 @@ func runDoctor(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	asJSON := c.Flags.Bool("json", false, "print the report as JSON")
 	npd := c.Flags.Bool("npd", false, "print one summary line for node-problem-detector (see --npd-max-output)")
 	npdMax := c.Flags.Int("npd-max-output", 80, "with --npd, the longest line to print: the monitor config's max_output_length")
+	stateDir := c.Flags.String("state-dir", config.DefaultStateDir, "the plugin's stateDir: host VFs no attachment record claims are checked for names a pod left on them (\"\" skips that check)")
 	expect := addDoctorFlags(c.Flags, "")
 	if code, ok := c.Parse(args); !ok {
 		return code
@@ -53,6 +54,7 @@ func runDoctor(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return c.Fail(cmdline.ExitUsage, "%v", err)
 	}
+	opts.StateDir = *stateDir
 	rep, err := doctor.Run(opts)
 	if err != nil {
 		return c.Fail(cmdline.ExitUsage, "%v", err)
@@ -85,8 +87,8 @@ func runDoctor(_ context.Context, args []string, stdout, stderr io.Writer) int {
 // doctorFlags are the doctor's expectations of the node, flags of both the
 // doctor and the monitor (which runs the doctor).
 type doctorFlags struct {
-	kmsg, linkLayer, altName, namePattern, spec *string
-	expectVFs                                   *int
+	kmsg, linkLayer, altName, namePattern, spec, linkDir *string
+	expectVFs                                            *int
 }
 
 // addDoctorFlags defines the doctor's flags on fs, their help prefixed with
@@ -98,6 +100,7 @@ func addDoctorFlags(fs *flag.FlagSet, prefix string) *doctorFlags {
 		linkLayer: fs.String("link-layer", config.LinkLayerAuto, prefix+"expected link layer of every port: infiniband, ethernet or auto (none)"),
 		altName:   fs.String("alt-name", config.DefaultAltName, prefix+"the plugin's altName template ({pci}, {pf}, {vf}) host VF netdevs should carry"),
 		spec:      fs.String("spec", "", prefix+"the node's hostconfig spec (node.yaml): also compare the node with it, as hostconfig --check does"),
+		linkDir:   fs.String("link-dir", "/etc/systemd/network", prefix+"where hostconfig's .link files are installed: the host names of free VFs"),
 		namePattern: fs.String("name-pattern", "", prefix+"regular expression every host VF netdev name must match "+
 			"(default: report kernel-assigned and pod names only)"),
 	}
@@ -112,6 +115,7 @@ func (f *doctorFlags) options(sysfsRoot string) (doctor.Options, error) {
 		ExpectVFs: *f.expectVFs,
 		LinkLayer: *f.linkLayer,
 		AltName:   *f.altName,
+		LinkDir:   *f.linkDir,
 	}
 	if *f.namePattern != "" {
 		re, err := regexp.Compile(*f.namePattern)

@@ -18,11 +18,26 @@ import (
 
 const monitorUsage = `usage: sriov-stable-agent monitor [flags]
 
-Every interval runs CHECK's drift checks against every attachment the
-plugin recorded in its state dir, marks attachments whose network namespace
-is gone as stale (removing their records after --stale-grace), runs the
-node doctor on its own interval, and serves all of it as Prometheus metrics
-on /metrics, with /healthz and /readyz. Logs go to stderr.
+Runs CHECK's drift checks against every attachment the plugin recorded in
+its state dir: as soon as the VF's link changes in its pod netns (one
+link-notification socket per attachment) or its RDMA port state or link
+layer changes (read every --poll-interval), and over every record each
+--interval. With --repair, puts right the drift it is asked to, only while
+the attachment's owner still holds the VF. Marks attachments whose network
+namespace is gone as stale (removing their records after --stale-grace),
+runs the node doctor on its own interval, and serves all of it as
+Prometheus metrics on /metrics, with /healthz and /readyz. Logs go to
+stderr.
+
+Repairs (--repair, comma-separated; default none):
+  altname  re-add a pod VF's stable altname (no effect on traffic)
+  name     rename a pod VF back to its recorded ifname: the link is down
+           for the few milliseconds the rename takes
+  host     give a free VF in the host netns its host name back and remove
+           altnames a pod left on it (needs the host netns: --host-netns)
+Pod repairs need CAP_NET_ADMIN besides CAP_SYS_ADMIN. A GUID, MAC or MTU
+is never changed.
+
 Exit status: 0 after SIGTERM or SIGINT, 1 the metrics server failed,
 2 bad flags.
 `
@@ -40,6 +55,10 @@ func runMonitor(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	listen := fs.String("listen", ":9808", "address for /metrics, /healthz and /readyz")
 	logLevel := fs.String("log-level", "info", "error, warn, info or debug")
 	doctorInterval := fs.Duration("doctor-interval", monitor.DefaultDoctorInterval, "time between node doctor runs; 0 disables the doctor")
+	events := fs.Bool("events", true, "check an attachment as soon as its VF's link or port changes; false: the sweep alone finds drift")
+	pollInterval := fs.Duration("poll-interval", monitor.DefaultPollInterval, "how often the recorded VFs' RDMA port state and link layer are read and their netns paths looked at (with --events)")
+	repair := fs.String("repair", "", "drift to put right: a comma-separated list of altname, name, host (default none)")
+	hostNetns := fs.String("host-netns", "", "the host's network namespace for --repair=host, e.g. /proc/1/ns/net (default: the agent's own)")
 	expect := addDoctorFlags(fs, "doctor: ")
 	if code, ok := c.Parse(args); !ok {
 		return code
@@ -50,15 +69,22 @@ func runMonitor(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
+	repairs, err := monitor.ParseRepairs(*repair)
+	if err != nil {
+		return c.Fail(cmdline.ExitUsage, "--repair: %v", err)
+	}
+	opts, err := expect.options(*sysfsRoot)
+	if err != nil {
+		return c.Fail(cmdline.ExitUsage, "%v", err)
+	}
+	opts.StateDir = *stateDir
 	cfg := monitor.Config{
 		StateDir: *stateDir, SysfsRoot: *sysfsRoot, Interval: *interval, CheckTimeout: *checkTimeout,
 		StaleGrace: *staleGrace, DoctorInterval: *doctorInterval, Logger: log,
+		SweepOnly: !*events, PollInterval: *pollInterval, Repairs: repairs, HostNetns: *hostNetns,
+		AltName: opts.AltName, Spec: opts.Spec, LinkDir: opts.LinkDir,
 	}
 	if *doctorInterval > 0 {
-		opts, err := expect.options(*sysfsRoot)
-		if err != nil {
-			return c.Fail(cmdline.ExitUsage, "%v", err)
-		}
 		cfg.Doctor = &opts
 	}
 	mon, err := monitor.New(cfg)

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
 )
@@ -34,6 +35,12 @@ type options struct {
 	cniVersion     string
 	tuning         string
 	seed           uint64
+	// The drift monitor section (drift.go).
+	drift, driftOnly bool
+	driftAttachments int
+	driftChanges     int
+	driftIdle        time.Duration
+	driftSweep       time.Duration
 }
 
 func parseFlags() options {
@@ -51,6 +58,12 @@ func parseFlags() options {
 	flag.StringVar(&o.tuning, "tuning", "realistic", `tuning's configuration: "realistic" (sets mtu and a sysctl) or "empty"`)
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the interleaving order")
 	flag.StringVar(&o.baseline, "baseline", "", "another sriov-stable-cni binary (say, before a change) to run as a fifth chain, for an A/B in the same run (make bench BASELINE=FILE)")
+	flag.BoolVar(&o.drift, "drift", true, "also measure the drift monitor agent (bin-dir needs sriov-stable-agent)")
+	flag.BoolVar(&o.driftOnly, "drift-only", false, "measure only the drift monitor agent")
+	flag.IntVar(&o.driftAttachments, "drift-attachments", 64, "attachments the drift monitor watches")
+	flag.IntVar(&o.driftChanges, "drift-changes", 240, "renames, altname removals and carrier drops made one at a time (and one RDMA port drop per attachment)")
+	flag.DurationVar(&o.driftIdle, "drift-idle", time.Minute, "how long the agent's idle CPU is measured")
+	flag.DurationVar(&o.driftSweep, "drift-sweep", 30*time.Second, "the sweep interval of the comparison with events off")
 	flag.Parse()
 	return o
 }
@@ -86,6 +99,18 @@ func main() {
 // run does every measurement and returns what the report needs.
 func run(tb *harness.ProgramTB, o options) *report {
 	r := &report{opts: o, machine: describeMachine(o.diskDir)}
+	if !o.driftOnly {
+		runChains(tb, o, r)
+	}
+	if o.drift || o.driftOnly {
+		r.drift = driftSection(tb, o)
+	}
+	r.machine.loadAfter = loadAvg()
+	return r
+}
+
+// runChains measures the chains: serial rounds, bursts, VERSION execs, sizes.
+func runChains(tb *harness.ProgramTB, o options, r *report) {
 	n := newNode(tb, o)
 	tb.Logf("bench: %d interleaved rounds (+%d warm-up)", o.rounds, o.warmup)
 	r.serial = serialRounds(tb, n, o)
@@ -94,8 +119,6 @@ func run(tb *harness.ProgramTB, o options) *report {
 	tb.Logf("bench: %d VERSION execs per binary", o.versionRuns)
 	r.version = versionExecs(tb, o, benchBinaries(o))
 	r.sizes = binarySizes(tb, o.binDir, benchBinaries(o))
-	r.machine.loadAfter = loadAvg()
-	return r
 }
 
 // installBinaries copies the plugins of -bin-dir (and the -baseline binary
@@ -112,7 +135,14 @@ func installBinaries(tb *harness.ProgramTB, o options) string {
 	}
 	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
 	src := map[string]string{}
-	for _, name := range []string{ours, tuning, floor, hostDevice} {
+	names := []string{ours, tuning, floor, hostDevice}
+	switch {
+	case o.driftOnly:
+		names = []string{ours, hostDevice, agent}
+	case o.drift:
+		names = append(names, agent)
+	}
+	for _, name := range names {
 		src[name] = filepath.Join(o.binDir, name)
 	}
 	if o.baseline != "" {

@@ -12,8 +12,9 @@ import (
 type report struct {
 	opts     options
 	machine  machine
-	serial   *serialResult
+	serial   *serialResult // nil with -drift-only
 	parallel []*parallelResult
+	drift    *driftResult // nil with -drift=false
 	version  map[string][]time.Duration
 	sizes    map[string]int64
 }
@@ -54,6 +55,12 @@ func (r *report) parallelOf(name string) *parallelResult {
 // without us, not against the serial median.
 func (r *report) targets() []target {
 	var ts []target
+	if r.drift != nil {
+		ts = r.drift.targets()
+	}
+	if r.serial == nil {
+		return ts
+	}
 	for _, verb := range []string{"ADD", "CHECK"} {
 		ours, tun, floor := median(r.overhead("ours", verb)), median(r.overhead("tuning", verb)), median(r.overhead("floor", verb))
 		ts = append(ts,
@@ -97,13 +104,25 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(
 func p50p90(ds []time.Duration) string { return ms(median(ds)) + " / " + ms(quantile(ds, 0.9)) }
 
 func (r *report) print(w io.Writer) {
+	m := r.machine
+	fmt.Fprintf(w, "## sriov-stable-cni bench\n\n")
+	fmt.Fprintf(w, "%s; %d × %s; kernel %s; load average %s before, %s after.  \n", m.date, m.cpus, m.cpuModel, m.kernel, m.loadBefore, m.loadAfter)
+	if r.serial != nil {
+		r.printChains(w)
+	}
+	if r.drift != nil {
+		r.drift.print(w)
+	}
+	r.printTargets(w)
+}
+
+// printChains prints the chains' sections.
+func (r *report) printChains(w io.Writer) {
 	o, m := r.opts, r.machine
 	tuningDesc := "realistic: `mtu` 4092 and one sysctl (`net.ipv4.conf.IFNAME.arp_notify`), its backup in a tmpfs `dataDir`"
 	if o.tuning == "empty" {
 		tuningDesc = "empty: no `mtu`, no sysctl"
 	}
-	fmt.Fprintf(w, "## sriov-stable-cni bench\n\n")
-	fmt.Fprintf(w, "%s; %d × %s; kernel %s; load average %s before, %s after.  \n", m.date, m.cpus, m.cpuModel, m.kernel, m.loadBefore, m.loadAfter)
 	fmt.Fprintf(w, "cniVersion %s; %d interleaved rounds (+%d warm-up); tuning %s; our state dir (with %d neighbour records), the fixture sysfs and tuning's dataDir on tmpfs, "+
 		"as /run and /sys are; libcni's cache and our log file on %s (%s); every plugin runs from a copy written into a bin dir there, as an installer leaves it.\n\n",
 		o.cniVersion, o.rounds, o.warmup, tuningDesc, o.neighbors, o.diskDir, m.diskFS)
@@ -173,6 +192,11 @@ func (r *report) print(w io.Writer) {
 			float64(r.sizes[name])/(1<<20))
 	}
 
+}
+
+// printTargets prints the targets table and, with the chains, what bounds
+// the parallel p99.
+func (r *report) printTargets(w io.Writer) {
 	fmt.Fprintf(w, "\n### Targets\n\n| target | measured | result |\n|---|---|---|\n")
 	missed := 0
 	for _, t := range r.targets() {
@@ -187,7 +211,9 @@ func (r *report) print(w io.Writer) {
 	} else {
 		fmt.Fprintf(w, "\n%d target(s) missed.\n", missed)
 	}
-	r.parallelBounds(w)
+	if r.serial != nil {
+		r.parallelBounds(w)
+	}
 }
 
 // parallelBounds prints what bounds the parallel p99 on this machine,

@@ -126,6 +126,7 @@ type agent struct {
 	t    *testing.T
 	url  string
 	logs *syncBuffer
+	pid  int
 }
 
 // agentBin is bin/sriov-stable-agent from `make build` ($CNI_TEST_BIN_DIR),
@@ -154,17 +155,25 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 // a short interval, and stops it with SIGTERM at cleanup.
 func startAgent(t *testing.T, n *node, extra ...string) *agent {
 	t.Helper()
+	return startAgentWith(t, n, []string{"sys_admin"}, append([]string{"--interval", interval.String()}, extra...)...)
+}
+
+// startAgentWith runs the agent with only the capabilities caps (setpriv
+// names) and the given flags after the common ones.
+func startAgentWith(t *testing.T, n *node, caps []string, extra ...string) *agent {
+	t.Helper()
 	a := &agent{t: t, url: "http://" + listen, logs: &syncBuffer{}}
 	args := append([]string{"monitor",
 		"--state-dir", n.stateDir, "--sysfs-root", n.sys.Root, "--listen", listen,
-		"--interval", interval.String(), "--check-timeout", "100ms", "--stale-grace", "1s",
+		"--check-timeout", "100ms", "--stale-grace", "1s",
 		"--doctor-interval", interval.String(), "--kmsg", "", "--log-level", "info",
 	}, extra...)
-	// Run it with only the capability the DaemonSet grants it (SYS_ADMIN, for
-	// setns), as the manifest in deploy/monitor claims is enough.
+	// Run it with only the capabilities the DaemonSet grants it (SYS_ADMIN,
+	// for setns; NET_ADMIN too where it repairs), as the manifest in
+	// deploy/monitor claims is enough.
 	argv := append([]string{agentBin(t)}, args...)
 	if setpriv, err := exec.LookPath("setpriv"); err == nil {
-		argv = append([]string{setpriv, "--bounding-set=-all,+sys_admin", "--inh-caps=-all", "--"}, argv...)
+		argv = append([]string{setpriv, "--bounding-set=-all,+" + strings.Join(caps, ",+"), "--inh-caps=-all", "--"}, argv...)
 	} else {
 		t.Logf("no setpriv here (%v): the agent runs with every capability", err)
 	}
@@ -173,6 +182,7 @@ func startAgent(t *testing.T, n *node, extra ...string) *agent {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start agent: %v", err)
 	}
+	a.pid = cmd.Process.Pid // setpriv execs the agent: same process
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {

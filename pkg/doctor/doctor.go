@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"sort"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/hostconfig"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
@@ -60,6 +62,8 @@ const (
 	CheckSRIOVNumVFs          = "sriov-numvfs"           // VFs created vs sriov_totalvfs and the expected count
 	CheckVFName               = "vf-name"                // host VF netdev names vs the naming policy
 	CheckVFAltName            = "vf-altname"             // the stable altname on host VF netdevs
+	// CheckVFLeftover (leftover.go, with Options.StateDir): a free VF with
+	// a name or altnames a pod or the kernel left on it.
 	// With Options.Spec, hostconfig's checks join these under their own
 	// names (hostconfig.CheckPFPresent, CheckVFAddress, CheckGUIDMismatch, …).
 	CheckSpec = hostconfig.CheckSpec // the spec does not resolve on this node
@@ -99,6 +103,13 @@ type Options struct {
 	// Spec, when set, is the node's hostconfig spec: the node is also
 	// compared with it (hostconfig's --check), and its findings are merged.
 	Spec *hostconfig.Spec
+	// StateDir, when set, is the plugin's state directory: VFs of this
+	// netns that no attachment record claims are checked for names and
+	// altnames a pod left on them (CheckVFLeftover).
+	StateDir string
+	// LinkDir is where hostconfig's .link files are installed; with
+	// StateDir, the host names they give VFs are the ones to give back.
+	LinkDir string
 }
 
 // Report is the outcome of one doctor run.
@@ -122,11 +133,12 @@ func (r *Report) Count(s Severity) int {
 
 // run carries one doctor run's inputs and collects its findings.
 type run struct {
-	opts    Options
-	sys     sysfs.Reader
-	inv     *inventory
-	links   []hostLink // this netns's links, for names and altnames
-	linkErr error
+	opts     Options
+	sys      sysfs.Reader
+	inv      *inventory
+	links    []hostLink // this netns's links, for names and altnames
+	rawLinks []netlink.Link
+	linkErr  error
 	// netdevsElsewhere: sysfs lists VF netdevs this netns does not have
 	// (sysfs was mounted in another netns), so altnames cannot be judged.
 	netdevsElsewhere bool
@@ -168,7 +180,7 @@ func Run(opts Options) (*Report, error) {
 		r.add(SeverityInfo, CheckDevices, "node", "",
 			"no Mellanox (vendor 0x15b3) PCI devices under %s/bus/pci/devices: nothing to check", opts.SysfsRoot)
 	} else {
-		r.links, r.linkErr = listHostLinks()
+		r.listLinks()
 		r.checkDriver()
 		r.checkKernelLog()
 		r.checkFirmware()
@@ -180,9 +192,15 @@ func Run(opts Options) (*Report, error) {
 	if opts.Spec != nil {
 		if r.links == nil && r.linkErr == nil {
 			// The spec names netdevs even on a node without Mellanox devices.
-			r.links, r.linkErr = listHostLinks()
+			r.listLinks()
 		}
 		r.checkSpec()
+	}
+	if opts.StateDir != "" {
+		if r.links == nil && r.linkErr == nil {
+			r.listLinks() // free VFs of any vendor
+		}
+		r.checkLeftovers()
 	}
 	sortFindings(r.findings)
 	return &Report{SysfsRoot: opts.SysfsRoot, PFs: len(inv.pfs), VFs: len(inv.vfs), Findings: r.findings}, nil

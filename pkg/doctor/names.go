@@ -33,29 +33,31 @@ type hostLink struct {
 	parentDev string // PCI address when the parent bus is pci
 }
 
-// listHostLinks lists the links of the calling thread's network namespace
+// listLinks lists the links of the calling thread's network namespace
 // with their altnames and parent devices, which sysfs does not show.
 // Equivalent to: ip -d link show
-func listHostLinks() ([]hostLink, error) {
+func (r *run) listLinks() {
 	h, err := netlinksafe.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
-		return nil, fmt.Errorf("open netlink socket: %w", err)
+		r.linkErr = fmt.Errorf("open netlink socket: %w", err)
+		return
 	}
 	defer h.Close()
 	links, err := h.LinkList()
 	if err != nil {
-		return nil, fmt.Errorf("list links: %w", err)
+		r.linkErr = fmt.Errorf("list links: %w", err)
+		return
 	}
-	out := make([]hostLink, 0, len(links))
+	r.rawLinks = links
+	r.links = make([]hostLink, 0, len(links))
 	for _, l := range links {
 		a := l.Attrs()
 		hl := hostLink{name: a.Name, altNames: a.AltNames}
 		if a.ParentDevBus == "pci" {
 			hl.parentDev = a.ParentDev
 		}
-		out = append(out, hl)
+		r.links = append(r.links, hl)
 	}
-	return out, nil
 }
 
 // checkNames checks the host netdev of every Mellanox VF that has one: its

@@ -53,6 +53,11 @@ type Expect struct {
 	LinkLayer                   string // "" = no expectation
 	NodeGUID                    string // "" = no expectation
 	CheckPort                   bool
+	// IfIndex is the VF's link index when the monitor last found it (0:
+	// unknown). It recognizes a link with no bus identity at all by its
+	// index and MAC (vfnet.LocateLastSeen), so a veth stand-in that lost
+	// its altname reads as altname-missing; CHECK leaves it 0.
+	IfIndex int
 }
 
 // FromRecord builds the expectation ADD left behind.
@@ -67,7 +72,10 @@ func FromRecord(r *state.Record) Expect {
 // Observation is what the VF looks like now.
 type Observation struct {
 	Found     bool
-	Present   []string // the netns's links, when the VF is missing
+	Present   []string      // the netns's links, when the VF is missing
+	Netns     vfnet.NetnsID // the namespace observed
+	By        vfnet.Method  // how the VF was found
+	IfIndex   int           // the VF's link index
 	Name      string
 	AltNames  []string
 	MAC       string
@@ -80,27 +88,11 @@ type Observation struct {
 // Observe locates the VF by PCI address in its netns and reads its link and
 // its RDMA devices. A vanished netns yields an error wrapping ErrNetnsGone.
 func Observe(exp Expect, sys sysfs.Reader) (*Observation, error) {
-	obs := &Observation{}
+	var obs *Observation
 	err := vfnet.InNetns(exp.Netns, func(h *vfnet.Handle) error {
-		f, err := h.Locate(exp.PCI, exp.AltName)
-		var nf *vfnet.NotFoundError
-		var conflict *vfnet.AltNameConflictError
-		switch {
-		case errors.As(err, &nf):
-			obs.Present = nf.Present
-			return nil
-		case errors.As(err, &conflict):
-			obs.Present = []string{conflict.Error()}
-			return nil
-		case err != nil:
-			return err
-		}
-		rdma, err := sys.RDMADevices(exp.PCI)
-		if err != nil {
-			return err
-		}
-		obs = ObserveLink(f.Link, rdma)
-		return nil
+		var err error
+		obs, _, err = ObserveWith(h, exp, sys)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -108,12 +100,43 @@ func Observe(exp Expect, sys sysfs.Reader) (*Observation, error) {
 	return obs, nil
 }
 
+// ObserveWith is Observe through a handle already open in the VF's netns;
+// it also returns the VF's link (nil when it is missing), for a caller
+// that goes on to change it in the same netns.
+func ObserveWith(h *vfnet.Handle, exp Expect, sys sysfs.Reader) (*Observation, netlink.Link, error) {
+	id, err := h.NetnsID()
+	if err != nil {
+		return nil, nil, err
+	}
+	obs := &Observation{Netns: id}
+	f, err := h.LocateLastSeen(exp.PCI, exp.AltName, exp.IfIndex, exp.MAC)
+	var nf *vfnet.NotFoundError
+	var conflict *vfnet.AltNameConflictError
+	switch {
+	case errors.As(err, &nf):
+		obs.Present = nf.Present
+		return obs, nil, nil
+	case errors.As(err, &conflict):
+		obs.Present = []string{conflict.Error()}
+		return obs, nil, nil
+	case err != nil:
+		return nil, nil, err
+	}
+	rdma, err := sys.RDMADevices(exp.PCI)
+	if err != nil {
+		return nil, nil, err
+	}
+	obs = ObserveLink(f.Link, rdma)
+	obs.Netns, obs.By = id, f.By
+	return obs, f.Link, nil
+}
+
 // ObserveLink builds an observation from a located link and the VF's RDMA
 // devices; the RDMA port's link layer wins over the netdev's when present.
 func ObserveLink(l netlink.Link, rdma []sysfs.RDMADevice) *Observation {
 	a := l.Attrs()
 	o := &Observation{
-		Found: true, Name: a.Name, AltNames: a.AltNames, MAC: a.HardwareAddr.String(), MTU: a.MTU,
+		Found: true, IfIndex: a.Index, Name: a.Name, AltNames: a.AltNames, MAC: a.HardwareAddr.String(), MTU: a.MTU,
 		LinkLayer: vfnet.LinkLayer(l), Carrier: vfnet.HasCarrier(l), RDMA: rdma,
 	}
 	if ll := rdmaLinkLayer(rdma); ll != "" {

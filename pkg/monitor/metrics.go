@@ -8,7 +8,7 @@ import (
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
 )
 
-const ns = "sriov_stable"
+const metricsNS = "sriov_stable"
 
 // metrics exports the monitor's view. Gauges are built from the view at
 // scrape time, so an attachment or a doctor finding that went away leaves
@@ -16,11 +16,15 @@ const ns = "sriov_stable"
 type metrics struct {
 	m *Monitor
 
-	sweeps       prometheus.Counter
-	timeouts     prometheus.Counter
-	checkErrors  prometheus.Counter
-	staleRemoved prometheus.Counter
-	driftEvents  *prometheus.CounterVec
+	sweeps         prometheus.Counter
+	timeouts       prometheus.Counter
+	checkErrors    prometheus.Counter
+	staleRemoved   prometheus.Counter
+	driftEvents    *prometheus.CounterVec
+	repairs        *prometheus.CounterVec
+	repairsRefused *prometheus.CounterVec
+	events         *prometheus.CounterVec
+	subscriptions  *prometheus.Desc
 
 	attachments, attachmentDrift, lastSweepTime, lastSweepDuration, recordErrors *prometheus.Desc
 	doctorUp, doctorLastRun, doctorFindings, doctorFinding, buildInfo            *prometheus.Desc
@@ -28,21 +32,33 @@ type metrics struct {
 
 func newMetrics(m *Monitor) *metrics {
 	desc := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(ns, "", name), help, labels, nil)
+		return prometheus.NewDesc(prometheus.BuildFQName(metricsNS, "", name), help, labels, nil)
 	}
 	counter := func(name, help string) prometheus.Counter {
-		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help})
+		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: metricsNS, Name: name, Help: help})
 	}
-	return &metrics{
+	return (&metrics{
 		m:            m,
 		sweeps:       counter("sweeps_total", "Sweeps completed over every attachment record."),
 		timeouts:     counter("check_timeouts_total", "Attachment checks abandoned after the per-attachment timeout."),
 		checkErrors:  counter("check_errors_total", "Attachment checks that failed for another reason than a vanished netns or a timeout."),
 		staleRemoved: counter("stale_records_removed_total", "Records removed because their network namespace stayed gone for the grace period."),
 		driftEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Name: "drift_events_total", Help: "Drifts newly detected, by network and reason (each logged once).",
+			Namespace: metricsNS, Name: "drift_events_total", Help: "Drifts newly detected, by network and reason (each logged once).",
 		}, []string{"network", "reason"}),
-		attachments: desc("attachments", "Recorded attachments by network and status (ok, drifted, stale, unknown).", "network", "status"),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNS, Name: "repairs_total", Help: "Drifts the monitor put right, by kind (altname, name, host); each also logged.",
+		}, []string{"kind"}),
+		repairsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNS, Name: "repairs_refused_total",
+			Help: "Repairs not made, by kind and reason (not-owner, name-taken, failed).",
+		}, []string{"kind", "reason"}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNS, Name: "events_total",
+			Help: "Changes that queued an attachment check, by source (link, sysfs, netns, record).",
+		}, []string{"source"}),
+		subscriptions: desc("event_subscriptions", "Open link-notification sockets, one per attachment whose pod netns exists (0 with --events=false)."),
+		attachments:   desc("attachments", "Recorded attachments by network and status (ok, drifted, stale, unknown).", "network", "status"),
 		attachmentDrift: desc("attachment_drift",
 			"Attachments currently drifting, by network and reason (renamed, altname-missing, mac, guid, mtu, link-layer, port-down, missing).",
 			"network", "reason"),
@@ -55,11 +71,26 @@ func newMetrics(m *Monitor) *metrics {
 		doctorFinding: desc("doctor_finding", "One node doctor finding of the last run (value 1), by check, severity and subject.",
 			"check", "severity", "subject"),
 		buildInfo: desc("agent_build_info", "The agent's version and commit (value 1).", "version", "commit"),
+	}).zeros()
+}
+
+// zeros makes every series of the labelled counters whose labels are
+// known in advance exist from the start, so alerts and dashboards see 0.
+func (x *metrics) zeros() *metrics {
+	for _, k := range RepairKinds {
+		x.repairs.WithLabelValues(k)
+		for _, r := range refusals {
+			x.repairsRefused.WithLabelValues(k, r)
+		}
 	}
+	for _, s := range sources {
+		x.events.WithLabelValues(s)
+	}
+	return x
 }
 
 func (x *metrics) counters() []prometheus.Collector {
-	return []prometheus.Collector{x.sweeps, x.timeouts, x.checkErrors, x.staleRemoved, x.driftEvents}
+	return []prometheus.Collector{x.sweeps, x.timeouts, x.checkErrors, x.staleRemoved, x.driftEvents, x.repairs, x.repairsRefused, x.events}
 }
 
 // Describe implements prometheus.Collector.
@@ -67,7 +98,7 @@ func (x *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range x.counters() {
 		c.Describe(ch)
 	}
-	for _, d := range []*prometheus.Desc{x.attachments, x.attachmentDrift, x.lastSweepTime, x.lastSweepDuration, x.recordErrors,
+	for _, d := range []*prometheus.Desc{x.attachments, x.attachmentDrift, x.lastSweepTime, x.lastSweepDuration, x.recordErrors, x.subscriptions,
 		x.doctorUp, x.doctorLastRun, x.doctorFindings, x.doctorFinding, x.buildInfo} {
 		ch <- d
 	}
@@ -113,6 +144,7 @@ func (x *metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge(x.lastSweepTime, last)
 	gauge(x.lastSweepDuration, m.lastTook.Seconds())
 	gauge(x.recordErrors, float64(m.readErrs))
+	gauge(x.subscriptions, float64(m.subs))
 
 	if m.cfg.Doctor == nil || m.doctorAt.IsZero() {
 		return

@@ -1,8 +1,13 @@
-// Package monitor is the sriov-stable-agent's drift monitor: every interval
-// it runs CHECK's drift checks against every attachment ADD recorded, marks
-// attachments whose network namespace vanished as stale and removes their
-// records after a grace period, runs the node doctor, and exports all of it
-// as Prometheus metrics. It needs no Kubernetes API server.
+// Package monitor is the sriov-stable-agent's drift monitor. It runs
+// CHECK's drift checks against every attachment ADD recorded: at once when
+// a VF's link changes in its pod netns (a link-notification socket per
+// attachment), when its RDMA port state or link layer changes (sysfs,
+// polled) or when a record appears, and over every record each interval as
+// the backstop. It repairs, where asked and where safe, a lost altname or
+// name in a pod and leftover names on free host VFs; marks attachments
+// whose netns vanished as stale and removes their records after a grace
+// period; runs the node doctor; and exports all of it as Prometheus
+// metrics. It needs no Kubernetes API server.
 package monitor
 
 import (
@@ -10,14 +15,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/hostconfig"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/vfnet"
 )
 
 // Status is what the last sweep concluded about an attachment.
@@ -41,6 +51,8 @@ const (
 	DefaultStaleGrace     = 10 * time.Minute
 	DefaultConcurrency    = 4
 	DefaultDoctorInterval = 5 * time.Minute
+	DefaultPollInterval   = time.Second
+	DefaultRepairBackoff  = 10 * time.Second
 )
 
 // Config says what to watch and how often.
@@ -62,6 +74,30 @@ type Config struct {
 	Logger         *slog.Logger
 	// Notifiers hear of each change after the log and metrics have it.
 	Notifiers []Notifier
+
+	// SweepOnly turns the event-driven checks off: no link subscriptions
+	// in pod netns, no sysfs polling, no state directory watch. Drift is
+	// then found by the sweep alone, up to an interval late.
+	SweepOnly bool
+	// PollInterval is how often the recorded VFs' RDMA port state and link
+	// layer (sysfs sends no notification) are read, and their netns paths
+	// looked at. Zero means DefaultPollInterval.
+	PollInterval time.Duration
+	// Repairs says which drifts the monitor puts right; none by default.
+	Repairs Repairs
+	// RepairBackoff is the least time between two repairs of one kind on
+	// one attachment; it doubles with every repair (up to
+	// maxRepairBackoff), so the monitor does not fight whatever keeps
+	// undoing them. Zero means DefaultRepairBackoff.
+	RepairBackoff time.Duration
+	// For host repairs: the host's network namespace ("" is the agent's
+	// own), the plugin's altName template ("" is its default) and where
+	// free VFs' host names come from (the hostconfig spec, the directory
+	// of hostconfig's .link files).
+	HostNetns string
+	AltName   string
+	Spec      *hostconfig.Spec
+	LinkDir   string
 }
 
 // Notifier hears of what the monitor concludes, as it changes: the node
@@ -74,7 +110,9 @@ type Notifier interface {
 	// reasons newly seen, with their details, and those that cleared.
 	Drift(rec *state.Record, appeared []drift.Finding, cleared []drift.Reason)
 	// Repaired is called after the monitor put an attachment right: kind
-	// names the repair, detail says what changed.
+	// names the repair (RepairAltName, RepairName, RepairHost), detail says
+	// what changed. For RepairHost the VF had no attachment: rec holds only
+	// its PCI, PF and VFIndex (no pod).
 	Repaired(rec *state.Record, kind, detail string)
 	// Doctor is called after every completed doctor run with its report.
 	Doctor(rep *doctor.Report)
@@ -114,16 +152,48 @@ func (c *Config) applyDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.PollInterval < 0 {
+		return fmt.Errorf("poll interval %s is negative", c.PollInterval)
+	}
+	if c.RepairBackoff == 0 {
+		c.RepairBackoff = DefaultRepairBackoff
+	}
+	if c.RepairBackoff < 0 {
+		return fmt.Errorf("repair backoff %s is negative", c.RepairBackoff)
+	}
+	if c.AltName == "" {
+		c.AltName = config.DefaultAltName
+	}
 	return nil
 }
 
-// attachment is the monitor's memory of one record between sweeps.
+// attachment is the monitor's memory of one record between checks.
+// Fields are guarded by Monitor.mu, except rec, set before the attachment
+// is shared and never changed (a record replaced under its key is another
+// attachment), and ports (the poller's, see events.go).
 type attachment struct {
 	rec        *state.Record
 	status     Status
 	drift      map[drift.Reason]string // current drift reasons → detail
 	staleSince time.Time
 	lastErr    string
+	checkedAt  time.Time // when the check whose result was applied last began
+	// The VF's link index when last found (vfnet.LocateLastSeen).
+	ifindex int
+	// With events: the link subscription (nil when none is open), what the
+	// netns path named when last looked at, and the polled sysfs files.
+	sub      *subscription
+	pathID   vfnet.NetnsID
+	lastLink string // linkSummary of the VF's last notification
+	ports    *portPoll
+	// Per repair kind: when it may run again, and the refusal last logged;
+	// with events, the timer that checks again when a backoff ends.
+	repairs map[string]*repairState
+	retry   *time.Timer
+	retryAt time.Time
 }
 
 // Monitor watches the attachments of one state directory.
@@ -134,9 +204,23 @@ type Monitor struct {
 	log   *slog.Logger
 	met   *metrics
 
+	queue *queue // attachments to check now (events.go)
+
+	// recMu serializes reconciles: the sweep's and the state dir watch's.
+	recMu sync.Mutex
+	dirs  *dirWatch // nil without events, or when inotify is unavailable
+	// hostBusy is set while a host cleanup runs (it may be stuck in the kernel).
+	hostBusy atomic.Bool
+
 	mu          sync.Mutex
 	atts        map[state.Key]*attachment
 	inflight    map[state.Key]time.Time // checks still running, possibly past their timeout
+	pending     map[state.Key]bool      // checks asked for while one was running
+	eventsOn    bool                    // Run's event machinery is up: reconcile opens subscriptions
+	subs        int                     // open link subscriptions
+	podNames    map[string]bool         // ifnames and altnames of records gone, for host cleanup
+	hostPrev    map[string]string       // leftover VFs of the last host scan → what they looked like
+	hostNotes   map[string]bool         // host cleanup notes already logged
 	started     time.Time
 	lastSweep   time.Time // end of the last completed sweep
 	lastTook    time.Duration
@@ -160,28 +244,36 @@ func New(cfg Config) (*Monitor, error) {
 		log:         cfg.Logger,
 		atts:        map[state.Key]*attachment{},
 		inflight:    map[state.Key]time.Time{},
+		pending:     map[state.Key]bool{},
+		podNames:    map[string]bool{},
+		hostPrev:    map[string]string{},
+		hostNotes:   map[string]bool{},
+		queue:       newQueue(),
 		started:     time.Now(),
 		doctorKnown: map[string]doctor.Finding{},
 	}
 	m.met = newMetrics(m)
+	m.queue.counts = func(source string) { m.met.events.WithLabelValues(source).Inc() }
 	return m, nil
 }
 
-// Run sweeps every interval, and runs the doctor every doctor interval,
-// until ctx ends.
+// Run sweeps every interval, checks attachments as events come (unless
+// SweepOnly), and runs the doctor every doctor interval, until ctx ends.
+// When it returns, every link subscription is closed.
 func (m *Monitor) Run(ctx context.Context) {
 	m.log.Info("drift monitor started", "stateDir", m.cfg.StateDir, "sysfsRoot", m.cfg.SysfsRoot,
-		"interval", m.cfg.Interval, "checkTimeout", m.cfg.CheckTimeout, "staleGrace", m.cfg.StaleGrace)
+		"interval", m.cfg.Interval, "checkTimeout", m.cfg.CheckTimeout, "staleGrace", m.cfg.StaleGrace,
+		"events", !m.cfg.SweepOnly, "pollInterval", m.cfg.PollInterval, "repair", m.cfg.Repairs.String())
 	var wg sync.WaitGroup
 	if m.cfg.Doctor != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m.every(ctx, m.cfg.DoctorInterval, m.RunDoctor)
-		}()
+		wg.Go(func() { m.every(ctx, m.cfg.DoctorInterval, m.RunDoctor) })
+	}
+	if !m.cfg.SweepOnly {
+		m.startEvents(ctx, &wg)
 	}
 	m.every(ctx, m.cfg.Interval, m.Sweep)
 	wg.Wait()
+	m.stopEvents()
 }
 
 // every runs fn now and then each period until ctx ends; a run longer than
@@ -201,9 +293,16 @@ func (m *Monitor) every(ctx context.Context, period time.Duration, fn func(conte
 
 // outcome is one attachment's check result.
 type outcome struct {
-	findings []drift.Finding
+	findings []drift.Finding // as found
+	repairs  []repairResult  // repairs tried after that
+	after    []drift.Finding // after the repairs (nil when none ran)
+	retryAt  time.Time       // a repair called for waits (backoff) until then
 	err      error
 	timedOut bool
+	// started is when the check began: a result older than the one last
+	// applied (a stuck check's, once a sweep reported it stuck) is
+	// dropped. Zero: always applied.
+	started time.Time
 }
 
 // Sweep checks every recorded attachment once, each bounded by the check
@@ -212,26 +311,29 @@ func (m *Monitor) Sweep(ctx context.Context) {
 	start := time.Now()
 	recs, err := m.store.List()
 	listFailed := err != nil && countReadErrors(err) == 0
-	outcomes := make([]outcome, len(recs))
+	m.reconcile(recs)
+	if m.dirs != nil {
+		m.dirs.ensure() // the state directory may have appeared
+	}
+	m.mu.Lock()
+	for _, a := range m.atts {
+		if a.ports != nil {
+			a.ports.stale.Store(true)
+		}
+	}
+	m.mu.Unlock()
 	sem := make(chan struct{}, m.cfg.Concurrency)
 	var wg sync.WaitGroup
-	for i, rec := range recs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for _, rec := range recs {
+		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			outcomes[i] = m.check(ctx, rec)
-		}()
+			m.check(ctx, rec, false)
+		})
 	}
 	wg.Wait()
-	now := time.Now()
-	expired, notes := m.apply(recs, outcomes, now)
-	for _, note := range notes {
-		note()
-	}
-	for _, a := range expired {
-		m.removeStale(a)
+	if m.cfg.Repairs.Host && !listFailed {
+		m.cleanHostBounded(recs)
 	}
 	took := time.Since(start)
 	m.mu.Lock()
@@ -256,94 +358,279 @@ func (m *Monitor) Sweep(ctx context.Context) {
 	m.log.Debug("sweep done", "attachments", len(recs), "took", took)
 }
 
-// check runs the drift checks of one record in its own goroutine and waits
-// at most the check timeout. A check can block in the kernel, where it
-// cannot be cancelled: a netlink request waiting for the RTNL lock a slow
-// driver holds, a sysfs read of a wedged device. One that outlives its
-// timeout keeps its goroutine; until it returns, later sweeps do not start
-// another one for the same record.
-func (m *Monitor) check(ctx context.Context, rec *state.Record) outcome {
+// check runs the drift checks of one record in its own goroutine, which
+// applies the result, and waits at most the check timeout. A check can
+// block in the kernel, where it cannot be cancelled: a netlink request
+// waiting for the RTNL lock a slow driver holds, a sysfs read of a wedged
+// device. One that outlives its timeout keeps its goroutine (the
+// attachment is unknown meanwhile, and its result is applied when it
+// comes); until it returns, no other check of the same record starts, so
+// results are applied in the order their checks began. Asked for while
+// one runs, an event's check (queued) runs again once the running one
+// ends; a sweep's leaves it to the running one while that is within its
+// timeout, else reports it as stuck.
+func (m *Monitor) check(ctx context.Context, rec *state.Record, queued bool) {
 	key := rec.Key()
 	m.mu.Lock()
 	if since, busy := m.inflight[key]; busy {
+		if queued {
+			m.pending[key] = true
+		}
 		m.mu.Unlock()
-		return outcome{err: fmt.Errorf("an earlier check, started %s, is still running (netns %s)", since.Format(time.RFC3339), rec.Netns), timedOut: true}
+		if !queued && time.Since(since) >= m.cfg.CheckTimeout {
+			m.finish(rec, outcome{started: time.Now(), timedOut: true,
+				err: fmt.Errorf("an earlier check, started %s, is still running (netns %s)", since.Format(time.RFC3339), rec.Netns)}, false)
+		}
+		return
 	}
-	m.inflight[key] = time.Now()
+	started := time.Now()
+	m.inflight[key] = started
 	m.mu.Unlock()
 
-	done := make(chan outcome, 1)
+	done := make(chan struct{})
 	go func() {
-		findings, err := drift.Detect(rec, m.sys)
-		m.mu.Lock()
-		delete(m.inflight, key)
-		m.mu.Unlock()
-		done <- outcome{findings: findings, err: err}
+		defer close(done)
+		o := m.inspect(rec)
+		o.started = started
+		m.finish(rec, o, true)
 	}()
 	timer := time.NewTimer(m.cfg.CheckTimeout)
 	defer timer.Stop()
 	select {
-	case o := <-done:
-		return o
+	case <-done:
 	case <-timer.C:
 		m.met.timeouts.Inc()
-		return outcome{err: fmt.Errorf("check timed out after %s (netns %s)", m.cfg.CheckTimeout, rec.Netns), timedOut: true}
+		m.mu.Lock()
+		stuck := m.inflight[key] == started
+		m.mu.Unlock()
+		if stuck {
+			m.finish(rec, outcome{err: fmt.Errorf("check timed out after %s (netns %s)", m.cfg.CheckTimeout, rec.Netns), timedOut: true, started: started}, false)
+		}
 	case <-ctx.Done():
-		return outcome{err: ctx.Err(), timedOut: true}
 	}
 }
 
-// apply folds one sweep's outcomes into the monitor's view and logs every
-// change once: a new drift reason, its recovery, a vanished netns, a check
-// that starts or stops failing. It returns the stale records past grace,
-// and the notifier calls for the caller to make once the lock is released.
-func (m *Monitor) apply(recs []*state.Record, outcomes []outcome, now time.Time) (expired []*attachment, notes []func()) {
+// finish applies one check's outcome and, for the check itself (last),
+// ends it in the same critical section, so no later check of the record
+// can start before this result is in; then it calls the notifiers,
+// removes an expired stale record, and queues the check asked for
+// meanwhile.
+func (m *Monitor) finish(rec *state.Record, o outcome, last bool) {
+	key := rec.Key()
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	expired, notes := m.applyLocked(rec, o, time.Now())
+	again := false
+	if last {
+		delete(m.inflight, key)
+		again = m.pending[key]
+		delete(m.pending, key)
+	}
+	m.mu.Unlock()
+	for _, note := range notes {
+		note()
+	}
+	if expired != nil {
+		m.removeStale(expired)
+	}
+	if again {
+		m.queue.push(key, "")
+	}
+}
+
+// inspect observes one attachment, compares it with its record and, where
+// asked and allowed, repairs what drifted.
+func (m *Monitor) inspect(rec *state.Record) outcome {
+	exp := drift.FromRecord(rec)
+	now := time.Now()
+	m.mu.Lock()
+	var allowed []string
+	var waiting map[string]time.Time
+	if a := m.current(rec); a != nil {
+		exp.IfIndex = a.ifindex
+		allowed, waiting = m.podRepairs(a, now)
+	}
+	m.mu.Unlock()
+	obs, err := drift.Observe(exp, m.sys)
+	if err != nil {
+		return outcome{err: err}
+	}
+	if obs.Found {
+		m.mu.Lock()
+		if a := m.current(rec); a != nil {
+			a.ifindex = obs.IfIndex
+		}
+		m.mu.Unlock()
+	}
+	o := outcome{findings: drift.Compare(exp, obs)}
+	kinds, retry := repairsFor(o.findings, allowed, waiting)
+	o.retryAt = retry
+	if len(kinds) > 0 && obs.Found {
+		exp.IfIndex = obs.IfIndex
+		o.repairs, o.after = m.repairPod(rec, exp, obs, kinds)
+	}
+	return o
+}
+
+// current returns the attachment of rec's key if it is still rec's (the
+// same attachment: not replaced under the same key). Call with mu held.
+func (m *Monitor) current(rec *state.Record) *attachment {
+	a := m.atts[rec.Key()]
+	if a == nil || !sameAttachment(a.rec, rec) {
+		return nil
+	}
+	return a
+}
+
+// sameAttachment reports whether two records describe one attachment: a
+// record replaced under the same key (a new sandbox reusing the container
+// ID and ifname) is another.
+func sameAttachment(a, b *state.Record) bool {
+	return a.Key() == b.Key() && a.Netns == b.Netns && a.PCI == b.PCI && a.PodUID == b.PodUID && a.Created.Equal(b.Created)
+}
+
+// reconcile makes the monitor's set of attachments the records': new
+// records are remembered (and, with events on, subscribed to and queued
+// for a check), records gone are forgotten and their subscriptions closed.
+func (m *Monitor) reconcile(recs []*state.Record) {
+	m.recMu.Lock()
+	defer m.recMu.Unlock()
+	var added []*attachment
+	var closing []*subscription
+	m.mu.Lock()
 	seen := make(map[state.Key]bool, len(recs))
-	for i, rec := range recs {
+	for _, rec := range recs {
 		key := rec.Key()
 		seen[key] = true
 		a := m.atts[key]
-		if a == nil {
-			a = &attachment{drift: map[drift.Reason]string{}}
-			m.atts[key] = a
-			m.log.Debug("watching attachment", attachmentAttrs(rec)...)
+		if a != nil && !sameAttachment(a.rec, rec) {
+			m.log.Debug("attachment record replaced", attachmentAttrs(rec)...)
+			closing = append(closing, a.sub)
+			m.forget(a)
+			a = nil
 		}
-		a.rec = rec
-		o := outcomes[i]
-		switch {
-		case o.err == nil:
-			if note := m.applyFindings(a, o.findings); note != nil {
-				notes = append(notes, note)
-			}
-		case errors.Is(o.err, drift.ErrNetnsGone):
-			if a.status != StatusStale {
-				a.staleSince = now
-				m.log.Warn("attachment's network namespace is gone; its record is removed after the grace period unless DEL comes first",
-					append(attachmentAttrs(rec), "grace", m.cfg.StaleGrace)...)
-			}
-			a.status, a.drift, a.lastErr = StatusStale, map[drift.Reason]string{}, ""
-			if now.Sub(a.staleSince) >= m.cfg.StaleGrace {
-				expired = append(expired, a)
-			}
-		default:
-			if a.status != StatusUnknown || a.lastErr != o.err.Error() {
-				m.log.Warn("cannot check attachment", append(attachmentAttrs(rec), "err", o.err)...)
-			}
-			if !o.timedOut {
-				m.met.checkErrors.Inc()
-			}
-			a.status, a.lastErr = StatusUnknown, o.err.Error()
+		if a == nil {
+			a = &attachment{rec: rec, drift: map[drift.Reason]string{}}
+			m.atts[key] = a
+			added = append(added, a)
+			m.log.Debug("watching attachment", attachmentAttrs(rec)...)
 		}
 	}
 	for key, a := range m.atts {
 		if !seen[key] {
 			m.log.Debug("attachment record gone (DEL or GC)", attachmentAttrs(a.rec)...)
+			closing = append(closing, a.sub)
+			m.forget(a)
 			delete(m.atts, key)
 		}
 	}
+	events := m.eventsOn
+	m.mu.Unlock()
+	for _, s := range closing {
+		s.close()
+	}
+	if !events {
+		return
+	}
+	for _, a := range added {
+		m.subscribe(a)
+		m.queue.push(a.rec.Key(), sourceRecord)
+	}
+}
+
+// forget notes the pod names of an attachment that goes: a VF that comes
+// home still carrying them is cleaned up on the host. Call with mu held.
+func (m *Monitor) forget(a *attachment) {
+	if len(m.podNames) > 1024 {
+		m.podNames = map[string]bool{}
+	}
+	m.podNames[a.rec.IfName] = true
+	if a.rec.AltName != "" {
+		m.podNames[a.rec.AltName] = true
+	}
+	a.sub = nil
+	a.ports.close()
+	if a.retry != nil {
+		a.retry.Stop()
+	}
+}
+
+// retryLater queues a check of the attachment at t (not zero), when a
+// repair it needs may run again; with events only (else the sweep does).
+// Call with mu held.
+func (m *Monitor) retryLater(a *attachment, t time.Time) {
+	if t.IsZero() || !m.eventsOn || t.Equal(a.retryAt) {
+		return
+	}
+	if a.retry != nil {
+		a.retry.Stop()
+	}
+	key := a.rec.Key()
+	a.retryAt, a.retry = t, time.AfterFunc(time.Until(t), func() { m.queue.push(key, "") })
+}
+
+// apply is reconcile and applyOutcomes: one sweep's records and results.
+func (m *Monitor) apply(recs []*state.Record, outcomes []outcome, now time.Time) (expired []*attachment, notes []func()) {
+	m.reconcile(recs)
+	return m.applyOutcomes(recs, outcomes, now)
+}
+
+// applyOutcomes folds check results into the monitor's view; see
+// applyLocked.
+func (m *Monitor) applyOutcomes(recs []*state.Record, outcomes []outcome, now time.Time) (expired []*attachment, notes []func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, rec := range recs {
+		a, n := m.applyLocked(rec, outcomes[i], now)
+		if a != nil {
+			expired = append(expired, a)
+		}
+		notes = append(notes, n...)
+	}
 	return expired, notes
+}
+
+// applyLocked folds one check result into the monitor's view and logs
+// every change once: a new drift reason, a repair, a recovery, a vanished
+// netns, a check that starts or stops failing. A result for an attachment
+// that went or was replaced meanwhile, or older than the one applied last,
+// is dropped. It returns the attachment if it is stale past its grace, and
+// the notifier calls to make once mu is released. Call with mu held.
+func (m *Monitor) applyLocked(rec *state.Record, o outcome, now time.Time) (expired *attachment, notes []func()) {
+	a := m.current(rec)
+	if a == nil || o.started.Before(a.checkedAt) {
+		return nil, nil
+	}
+	a.checkedAt = o.started
+	switch {
+	case o.err == nil:
+		notes = append(notes, m.applyFindings(a, o.findings))
+		for _, r := range o.repairs {
+			notes = append(notes, m.applyRepair(a, r, now))
+		}
+		if o.after != nil {
+			notes = append(notes, m.applyFindings(a, o.after))
+		}
+		m.retryLater(a, o.retryAt)
+	case errors.Is(o.err, drift.ErrNetnsGone):
+		if a.status != StatusStale {
+			a.staleSince = now
+			m.log.Warn("attachment's network namespace is gone; its record is removed after the grace period unless DEL comes first",
+				append(attachmentAttrs(rec), "grace", m.cfg.StaleGrace)...)
+		}
+		a.status, a.drift, a.lastErr = StatusStale, map[drift.Reason]string{}, ""
+		if now.Sub(a.staleSince) >= m.cfg.StaleGrace {
+			expired = a
+		}
+	default:
+		if a.status != StatusUnknown || a.lastErr != o.err.Error() {
+			m.log.Warn("cannot check attachment", append(attachmentAttrs(rec), "err", o.err)...)
+		}
+		if !o.timedOut {
+			m.met.checkErrors.Inc()
+		}
+		a.status, a.lastErr = StatusUnknown, o.err.Error()
+	}
+	return expired, slices.DeleteFunc(notes, func(f func()) bool { return f == nil })
 }
 
 // applyFindings records an attachment's drift reasons, logs and counts
@@ -407,11 +694,17 @@ func (m *Monitor) removeStale(a *attachment) {
 		return
 	}
 	m.met.staleRemoved.Inc()
-	m.log.Info("removed the record of an attachment whose network namespace is gone",
-		append(attachmentAttrs(rec), "staleFor", time.Since(a.staleSince).Round(time.Millisecond))...)
 	m.mu.Lock()
-	delete(m.atts, rec.Key())
+	staleFor := time.Since(a.staleSince).Round(time.Millisecond)
+	var sub *subscription
+	if m.atts[rec.Key()] == a {
+		sub = a.sub
+		m.forget(a)
+		delete(m.atts, rec.Key())
+	}
 	m.mu.Unlock()
+	sub.close()
+	m.log.Info("removed the record of an attachment whose network namespace is gone", append(attachmentAttrs(rec), "staleFor", staleFor)...)
 }
 
 // RunDoctor runs the node doctor once and logs findings that appeared or

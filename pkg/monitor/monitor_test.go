@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -40,6 +41,21 @@ func (s *syncBuffer) count(substr string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return strings.Count(s.b.String(), substr)
+}
+
+// lines counts the lines holding every one of parts.
+func (s *syncBuffer) lines(parts ...string) int {
+	n := 0
+	for _, line := range strings.Split(s.String(), "\n") {
+		all := line != ""
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			n++
+		}
+	}
+	return n
 }
 
 func (s *syncBuffer) String() string {
@@ -403,9 +419,10 @@ func TestRunSweepsEveryInterval(t *testing.T) {
 
 // recorder is a Notifier that keeps what it heard.
 type recorder struct {
-	mu      sync.Mutex
-	heard   []string
-	reports int
+	mu       sync.Mutex
+	heard    []string
+	repaired []string
+	reports  int
 }
 
 func (r *recorder) Drift(rec *state.Record, appeared []drift.Finding, cleared []drift.Reason) {
@@ -419,7 +436,21 @@ func (r *recorder) Drift(rec *state.Record, appeared []drift.Finding, cleared []
 	}
 }
 
-func (r *recorder) Repaired(rec *state.Record, kind, detail string) {}
+func (r *recorder) Repaired(rec *state.Record, kind, detail string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	who := rec.ContainerID
+	if who == "" {
+		who = rec.PCI
+	}
+	r.repaired = append(r.repaired, who+" "+kind+": "+detail)
+}
+
+func (r *recorder) repairs() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.repaired)
+}
 
 func (r *recorder) Doctor(*doctor.Report) {
 	r.mu.Lock()

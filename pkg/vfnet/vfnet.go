@@ -39,27 +39,38 @@ type Handle struct {
 // ErrNetnsGone, and fn does not run.
 // Equivalent to: ip -netns $path link …
 func InNetns(path string, fn func(h *Handle) error) error {
-	target, err := ns.GetNS(path)
-	var notExist ns.NSPathNotExistErr
-	var notNS ns.NSPathNotNSErr
-	if errors.As(err, &notExist) || errors.As(err, &notNS) {
-		return fmt.Errorf("netns %s: %w", path, ErrNetnsGone)
-	}
+	target, err := openNetns(path)
 	if err != nil {
-		return fmt.Errorf("open netns %s: %w", path, err)
+		return err
 	}
 	defer target.Close()
-	// ns.GetNS checks the filesystem only: a file of another namespace
-	// type (say /proc/$pid/ns/mnt) passes it and fails setns with EINVAL.
-	if typ, err := unix.IoctlRetInt(int(target.Fd()), unix.NS_GET_NSTYPE); err == nil && typ != unix.CLONE_NEWNET {
-		return fmt.Errorf("netns %s is not a network namespace: %w", path, ErrNetnsGone)
-	}
 	nh, err := netlinksafe.NewHandleAt(netns.NsHandle(target.Fd()), unix.NETLINK_ROUTE)
 	if err != nil {
 		return fmt.Errorf("open netlink in netns %s: %w", path, err)
 	}
 	defer nh.Close()
 	return fn(&Handle{nl: nh, ns: target, path: path})
+}
+
+// openNetns opens the network namespace at path; a path that does not
+// exist or is not a netns yields an error wrapping ErrNetnsGone.
+func openNetns(path string) (ns.NetNS, error) {
+	target, err := ns.GetNS(path)
+	var notExist ns.NSPathNotExistErr
+	var notNS ns.NSPathNotNSErr
+	if errors.As(err, &notExist) || errors.As(err, &notNS) {
+		return nil, fmt.Errorf("netns %s: %w", path, ErrNetnsGone)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open netns %s: %w", path, err)
+	}
+	// ns.GetNS checks the filesystem only: a file of another namespace
+	// type (say /proc/$pid/ns/mnt) passes it and fails setns with EINVAL.
+	if typ, err := unix.IoctlRetInt(int(target.Fd()), unix.NS_GET_NSTYPE); err == nil && typ != unix.CLONE_NEWNET {
+		target.Close()
+		return nil, fmt.Errorf("netns %s is not a network namespace: %w", path, ErrNetnsGone)
+	}
+	return target, nil
 }
 
 // OpenHere opens a NETLINK_ROUTE handle in the calling thread's current
@@ -117,6 +128,9 @@ const (
 	ByParent  Method = "pci-parent"      // IFLA_PARENT_DEV_NAME, kernel >= 5.14
 	ByBusInfo Method = "ethtool-businfo" // ETHTOOL_GDRVINFO bus_info
 	ByAltName Method = "altname"
+	// ByLastIndex: LocateLastSeen's fallback for a link with no bus
+	// identity at all, recognized by the index and MAC it had when last found.
+	ByLastIndex Method = "last-index"
 )
 
 // Found is the VF's link and how it was identified, with every link of the
@@ -155,6 +169,11 @@ func (e *AltNameConflictError) Error() string {
 // Locate finds the VF with PCI address pci: first by PCI parent, then by
 // ethtool bus-info, then by altName. It lists the links once.
 func (h *Handle) Locate(pci, altName string) (*Found, error) {
+	return h.locate(pci, altName, 0, "")
+}
+
+// locate is Locate with LocateLastSeen's fallback when index is not 0.
+func (h *Handle) locate(pci, altName string, index int, mac string) (*Found, error) {
 	links, err := h.nl.LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("list links in netns %s: %w", h.path, err)
@@ -182,6 +201,12 @@ func (h *Handle) Locate(pci, altName string) (*Found, error) {
 			return nil, &AltNameConflictError{AltName: altName, Holder: altHolder.Attrs().Name, HolderPCI: p, PCI: pci, Netns: h.path}
 		}
 		f.Link, f.By = altHolder, ByAltName
+	case f.Link == nil && index > 0:
+		if l := lastSeen(links, index, mac); l != nil {
+			f.Link, f.By = l, ByLastIndex
+			break
+		}
+		fallthrough
 	case f.Link == nil:
 		return nil, &NotFoundError{PCI: pci, AltName: altName, Netns: h.path, Present: Describe(links)}
 	case altHolder != nil && altHolder.Attrs().Index != f.Link.Attrs().Index:

@@ -100,17 +100,18 @@ type agent struct {
 
 // startAgent runs `sriov-stable-agent monitor` over the scenario's state
 // dir, logging to agent.log in its artifacts, and stops it with SIGTERM at
-// cleanup (it must exit 0 then).
-func startAgent(t *testing.T, e *env) *agent {
+// cleanup (it must exit 0 then). Flags in extra come last (a later
+// --interval wins).
+func startAgent(t *testing.T, e *env, extra ...string) *agent {
 	t.Helper()
 	a := &agent{logPath: filepath.Join(e.dir, "agent.log")}
 	logFile, err := os.Create(a.logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(tool("sriov-stable-agent"), "monitor",
+	cmd := exec.Command(tool("sriov-stable-agent"), append([]string{"monitor",
 		"--state-dir", e.stateDir, "--interval", monitorInterval.String(),
-		"--listen", monitorListen, "--kmsg=", "--log-level", "info")
+		"--listen", monitorListen, "--kmsg=", "--log-level", "info"}, extra...)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start the agent: %v", err)

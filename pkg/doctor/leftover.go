@@ -1,0 +1,435 @@
+package doctor
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/hostconfig"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/vfnet"
+)
+
+// CheckVFLeftover reports a free VF (no attachment record claims it) in
+// the host network namespace that still carries a name or altnames a pod or
+// the kernel left on it: the next ADD of it, or host-device's return of
+// another VF, can fail on them (sriov-cni #445, #250).
+const CheckVFLeftover = "vf-leftover"
+
+// Leftover is a free VF in the host netns with a name or altnames left
+// behind: how it is named now and what would put it right.
+type Leftover struct {
+	PCI, PF   string
+	Index     int  // the VF's index on its PF
+	LinkIndex int  // its netdev's ifindex
+	Up        bool // its netdev is up
+	Name      string
+	AltNames  []string
+	// Rename is the host name to give it back ("" keeps its name), and
+	// RenameFrom where that name comes from: the hostconfig spec, a .link
+	// file, or the PCI address when neither names the VF.
+	Rename, RenameFrom string
+	// NameTakenBy is the link that already holds Rename, if any.
+	NameTakenBy string
+	// StaleAltNames are the altnames to remove: a pod's, another VF's
+	// stable altname, or names in the kernel's and runtimes' style.
+	StaleAltNames []string
+	// Problem says what is wrong, for people.
+	Problem string
+}
+
+// LeftoverInput is what FindLeftovers judges a node's host netns with.
+type LeftoverInput struct {
+	SysfsRoot string
+	AltName   string           // the plugin's altName template ("" is the default)
+	Records   []*state.Record  // every attachment record: who owns which VF, and the names pods use
+	Links     []netlink.Link   // the links of the host network namespace
+	Spec      *hostconfig.Spec // the node's hostconfig spec, for host names; nil for none
+	LinkDir   string           // where hostconfig's .link files are installed ("" for none)
+	// PodNames are more names pods used (ifnames, altnames), such as
+	// those of records that are gone.
+	PodNames []string
+}
+
+// Host name sources, in the order they are tried.
+const (
+	FromSpec     = "hostconfig spec"
+	FromLinkFile = ".link file"
+	FromPCI      = "PCI address"
+)
+
+// Compiled on first use, not at package init (see driver.go).
+var (
+	// runtimeNameRE matches names a VF gets from a pod or from the kernel
+	// when it comes home: net<N> (Multus names pod interfaces so) and
+	// dev<N> (the kernel's name for a returning device whose name is taken).
+	runtimeNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(net|dev)[0-9]+$`) })
+	// probeNameRE matches the kernel's names at probe, wrong only where the
+	// spec or a .link file names the VF otherwise.
+	probeNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(eth|ib)[0-9]+$`) })
+)
+
+// hostName is what the spec or a .link file names a VF on the host.
+type hostName struct{ name, altName, from string }
+
+// vfEntry is one VF of the node as sysfs shows it.
+type vfEntry struct {
+	pci, pf string
+	index   int
+	netdevs []string // net/<name>, in the netns sysfs was mounted in
+}
+
+// FindLeftovers lists the free VFs of the host netns that carry a name or
+// altnames left behind. A VF is free when no record claims it, or only
+// records whose netns is gone. notes says what could not be used (a spec
+// that does not resolve, unreadable .link files); err is a sysfs failure.
+func FindLeftovers(in LeftoverInput) (found []Leftover, notes []string, err error) {
+	if in.AltName == "" {
+		in.AltName = config.DefaultAltName
+	}
+	sys := sysfs.Reader{Root: in.SysfsRoot}
+	vfs, err := listVFs(sys)
+	if err != nil {
+		return nil, nil, err
+	}
+	names, notes := hostNames(in)
+	claimed := map[string]bool{}
+	podNames := map[string]bool{}
+	podAlts := map[string]bool{}
+	for _, r := range in.Records {
+		if vfnet.NetnsAlive(r.Netns) {
+			claimed[r.PCI] = true
+		}
+		podNames[r.IfName] = true
+		if r.AltName != "" {
+			podAlts[r.AltName] = true
+		}
+	}
+	for _, n := range in.PodNames {
+		podNames[n] = true
+	}
+	stable := map[string]string{} // VF → its stable altname
+	for _, v := range vfs {
+		if alt, err := config.RenderAltName(in.AltName, v.pci, v.pf, v.index); err == nil {
+			stable[v.pci] = alt
+			podAlts[alt] = true // another VF's stable altname is stale on this one
+		}
+	}
+	byName := map[string]netlink.Link{}
+	byAlt := map[string]netlink.Link{}
+	byParent := map[string][]string{}
+	for _, l := range in.Links {
+		a := l.Attrs()
+		byName[a.Name] = l
+		for _, alt := range a.AltNames {
+			byAlt[alt] = l
+		}
+		if a.ParentDevBus == "pci" {
+			byParent[a.ParentDev] = append(byParent[a.ParentDev], a.Name)
+		}
+	}
+	for _, v := range vfs {
+		if claimed[v.pci] {
+			continue
+		}
+		for _, name := range uniq(append(slices.Clone(v.netdevs), byParent[v.pci]...)) {
+			l, ok := byName[name]
+			if !ok {
+				continue // sysfs was mounted in another netns
+			}
+			j := judge{v: v, link: l, stable: stable[v.pci], want: names[v.pci], podNames: podNames, podAlts: podAlts, byName: byName, byAlt: byAlt}
+			if lo, ok := j.leftover(); ok {
+				found = append(found, lo)
+			}
+		}
+	}
+	return found, notes, nil
+}
+
+// judge decides about one host netdev of one free VF.
+type judge struct {
+	v                 vfEntry
+	link              netlink.Link
+	stable            string
+	want              hostName
+	podNames, podAlts map[string]bool
+	byName, byAlt     map[string]netlink.Link
+}
+
+func (j judge) leftover() (Leftover, bool) {
+	a := j.link.Attrs()
+	lo := Leftover{PCI: j.v.pci, PF: j.v.pf, Index: j.v.index, LinkIndex: a.Index, Up: a.Flags&net.FlagUp != 0, Name: a.Name, AltNames: a.AltNames}
+	var problems []string
+	why := j.badName(a.Name)
+	if why != "" {
+		lo.Rename, lo.RenameFrom = j.want.name, j.want.from
+		if lo.Rename == "" {
+			lo.Rename, lo.RenameFrom = vfnet.FallbackName(j.v.pci), FromPCI
+		}
+		if lo.Rename == a.Name {
+			lo.Rename, lo.RenameFrom, why = "", "", ""
+		}
+	}
+	if why != "" {
+		problems = append(problems, fmt.Sprintf("is named %s, %s", a.Name, why))
+		if holder := j.holder(lo.Rename); holder != "" {
+			lo.NameTakenBy = holder
+		}
+	}
+	for _, alt := range a.AltNames {
+		if alt == j.stable || alt == j.want.altName {
+			continue
+		}
+		if j.podAlts[alt] || j.podNames[alt] || runtimeNameRE().MatchString(alt) || probeNameRE().MatchString(alt) {
+			lo.StaleAltNames = append(lo.StaleAltNames, alt)
+		}
+	}
+	if len(lo.StaleAltNames) > 0 {
+		problems = append(problems, fmt.Sprintf("carries altnames left by a pod or another VF (%s)", strings.Join(lo.StaleAltNames, ", ")))
+	}
+	if len(problems) == 0 {
+		return Leftover{}, false
+	}
+	lo.Problem = strings.Join(problems, " and ")
+	return lo, true
+}
+
+// badName says why name is one to give back, or "".
+func (j judge) badName(name string) string {
+	switch {
+	case strings.HasPrefix(name, "net") && runtimeNameRE().MatchString(name):
+		return "a pod interface name (it came back from a pod network namespace deleted without DEL)"
+	case runtimeNameRE().MatchString(name):
+		return "the kernel's name for a device that came home while its name was taken"
+	case j.podNames[name]:
+		return "the interface name of a pod"
+	case j.want.name != "" && name != j.want.name && (probeNameRE().MatchString(name) || name == vfnet.FallbackName(j.v.pci)):
+		return "not the name the " + j.want.from + " gives it (" + j.want.name + ")"
+	}
+	return ""
+}
+
+// holder names the link other than this VF's that has name as its name or
+// an altname, or "".
+func (j judge) holder(name string) string {
+	for _, l := range []netlink.Link{j.byName[name], j.byAlt[name]} {
+		if l != nil && l.Attrs().Index != j.link.Attrs().Index {
+			return l.Attrs().Name
+		}
+	}
+	return ""
+}
+
+// listVFs lists every PCI function with a physfn link (a VF of any
+// vendor), with its PF, index and host netdevs.
+func listVFs(sys sysfs.Reader) ([]vfEntry, error) {
+	dir := filepath.Join(sys.Root, "bus", "pci", "devices")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list PCI devices: %w", err)
+	}
+	var vfs []vfEntry
+	indexes := map[string]map[string]int{} // PF → VF → index
+	for _, e := range entries {
+		target, err := os.Readlink(sys.PCIPath(e.Name(), "physfn"))
+		if err != nil {
+			continue
+		}
+		v := vfEntry{pci: e.Name(), pf: filepath.Base(target), index: -1}
+		if indexes[v.pf] == nil {
+			indexes[v.pf] = map[string]int{}
+			byIndex, _ := sys.VFs(v.pf)
+			for i, addr := range byIndex {
+				indexes[v.pf][addr] = i
+			}
+		}
+		if i, ok := indexes[v.pf][v.pci]; ok {
+			v.index = i
+		}
+		if names, err := os.ReadDir(sys.PCIPath(v.pci, "net")); err == nil {
+			for _, n := range names {
+				v.netdevs = append(v.netdevs, n.Name())
+			}
+		}
+		vfs = append(vfs, v)
+	}
+	sort.Slice(vfs, func(i, k int) bool { return vfs[i].pci < vfs[k].pci })
+	return vfs, nil
+}
+
+// hostNames maps VFs to the host names the spec gives them, else those of
+// the .link files in LinkDir.
+func hostNames(in LeftoverInput) (map[string]hostName, []string) {
+	names := map[string]hostName{}
+	var notes []string
+	if in.LinkDir != "" {
+		links, err := readLinkFiles(in.LinkDir)
+		if err != nil {
+			notes = append(notes, err.Error())
+		}
+		for pci, n := range links {
+			names[pci] = n
+		}
+	}
+	if in.Spec != nil {
+		plan, err := hostconfig.Resolve(in.Spec, in.SysfsRoot)
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("host names from the hostconfig spec not used: %v", err))
+		} else {
+			for _, pf := range plan.PFs {
+				for _, vf := range pf.VFs {
+					names[vf.PCI] = hostName{name: vf.Name, altName: vf.AltName, from: FromSpec}
+				}
+			}
+		}
+	}
+	return names, notes
+}
+
+// readLinkFiles reads the systemd .link files in dir that match one PCI
+// function by path, as hostconfig writes them ([Match] Path=pci-<addr>,
+// [Link] Name=, AlternativeName=), and returns their names by address.
+// Files matching otherwise, or by a pattern, are not the VF's own.
+func readLinkFiles(dir string) (map[string]hostName, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.link"))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]hostName{}
+	var errs []error
+	for _, f := range files {
+		pci, n, err := readLinkFile(f)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			errs = append(errs, err)
+		case pci != "" && n.name != "":
+			out[pci] = n
+		}
+	}
+	if len(errs) > 0 {
+		return out, fmt.Errorf("host names from .link files in %s: %w", dir, errors.Join(errs...))
+	}
+	return out, nil
+}
+
+func readLinkFile(path string) (pci string, n hostName, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", hostName{}, err
+	}
+	defer f.Close()
+	n.from = FromLinkFile + " " + filepath.Base(path)
+	section := ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(line, "[") {
+			section = line
+			continue
+		}
+		key, value, ok := strings.Cut(line, "=")
+		if !ok || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";") {
+			continue
+		}
+		switch section + key {
+		case "[Match]Path":
+			addr, ok := strings.CutPrefix(value, "pci-")
+			if !ok || strings.ContainsAny(addr, "*?[ ") {
+				return "", hostName{}, nil
+			}
+			pci = addr
+		case "[Match]MACAddress", "[Match]OriginalName", "[Match]Driver", "[Match]Type", "[Match]Property":
+			return "", hostName{}, nil // not matched by the function alone
+		case "[Link]Name":
+			n.name = value
+		case "[Link]AlternativeName":
+			n.altName = value
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", hostName{}, fmt.Errorf("read %s: %w", path, err)
+	}
+	return pci, n, nil
+}
+
+func uniq(s []string) []string {
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+// checkLeftovers reports the free VFs of this netns that carry names left
+// behind (Options.StateDir set).
+func (r *run) checkLeftovers() {
+	if r.linkErr != nil {
+		return // checkNames said why the links cannot be read
+	}
+	recs, err := state.NewStore(r.opts.StateDir).List()
+	if err != nil && len(recs) == 0 && countJoined(err) == 0 {
+		r.add(SeverityInfo, CheckVFLeftover, "node", "run the doctor where the plugin's state directory is readable, with --state-dir",
+			"free VFs not checked for leftover names: %v", err)
+		return
+	}
+	found, notes, err := FindLeftovers(LeftoverInput{
+		SysfsRoot: r.sys.Root, AltName: r.opts.AltName, Records: recs, Links: r.rawLinks,
+		Spec: r.opts.Spec, LinkDir: r.opts.LinkDir,
+	})
+	if err != nil {
+		r.add(SeverityInfo, CheckVFLeftover, "node", "", "free VFs not checked for leftover names: %v", err)
+		return
+	}
+	for _, n := range notes {
+		r.add(SeverityInfo, CheckVFLeftover, "node", "", "%s", n)
+	}
+	for _, lo := range found {
+		r.add(SeverityWarning, CheckVFLeftover, lo.PCI, LeftoverRemedy(lo),
+			"VF %s (PF %s VF %d) in this network namespace is free (no attachment record claims it) and %s: the next ADD of it, "+
+				"or host-device moving another VF home, can fail on that", lo.PCI, lo.PF, lo.Index, lo.Problem)
+	}
+}
+
+// LeftoverRemedy is the operator's fix for a leftover: the agent's repair,
+// or the commands it would run.
+func LeftoverRemedy(lo Leftover) string {
+	var cmds []string
+	name := lo.Name
+	if lo.Rename != "" {
+		if lo.NameTakenBy != "" {
+			return fmt.Sprintf("%s, the name the %s gives it, is held by %s: sort out which link should have it, then rename %s", lo.Rename, lo.RenameFrom, lo.NameTakenBy, lo.Name)
+		}
+		if lo.Up {
+			cmds = append(cmds, "ip link set dev "+name+" down")
+		}
+		cmds = append(cmds, "ip link set dev "+name+" name "+lo.Rename)
+		if lo.Up {
+			cmds = append(cmds, "ip link set dev "+lo.Rename+" up")
+		}
+		name = lo.Rename
+	}
+	for _, alt := range lo.StaleAltNames {
+		cmds = append(cmds, "ip link property del dev "+name+" altname "+alt)
+	}
+	return "sriov-stable-agent monitor --repair=host does this; by hand: " + strings.Join(cmds, "; ")
+}
+
+// countJoined counts the errors of an errors.Join, 0 for another error.
+func countJoined(err error) int {
+	var joined interface{ Unwrap() []error }
+	if errors.As(err, &joined) {
+		return len(joined.Unwrap())
+	}
+	return 0
+}

@@ -1,0 +1,590 @@
+package monitor
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/vfnet"
+)
+
+// What queued a check; the values are metric label values.
+const (
+	sourceLink   = "link"   // a link notification about the VF in its pod netns
+	sourceSysfs  = "sysfs"  // the VF's RDMA port state or link layer changed
+	sourceNetns  = "netns"  // the netns path went away or names another namespace
+	sourceRecord = "record" // a record appeared or was replaced
+)
+
+var sources = []string{sourceLink, sourceSysfs, sourceNetns, sourceRecord}
+
+// startEvents brings up the event-driven checks: workers draining the
+// queue, the poller, and the state directory watch. Attachments already
+// known are subscribed to by the first sweep's reconcile, which comes
+// after, as do those of records appearing later.
+func (m *Monitor) startEvents(ctx context.Context, wg *sync.WaitGroup) {
+	m.mu.Lock()
+	m.eventsOn = true
+	m.mu.Unlock()
+	for range m.cfg.Concurrency {
+		wg.Go(func() { m.work(ctx) })
+	}
+	wg.Go(func() { m.poll(ctx) })
+	dirs, err := newDirWatch(filepath.Join(m.cfg.StateDir, "attachments"), m.cfg.StateDir)
+	if err != nil {
+		m.log.Warn("cannot watch the state directory; new and deleted records are seen by the sweep", "stateDir", m.cfg.StateDir, "err", err)
+		return
+	}
+	m.dirs = dirs
+	wg.Go(func() { m.watchRecords(ctx, dirs) })
+}
+
+// stopEvents closes every link subscription and waits until their sockets
+// are closed. Run calls it once nothing can open one any more.
+func (m *Monitor) stopEvents() {
+	m.mu.Lock()
+	m.eventsOn = false
+	var subs []*subscription
+	for _, a := range m.atts {
+		if a.sub != nil {
+			subs = append(subs, a.sub)
+			a.sub = nil
+		}
+		a.pathID = vfnet.NetnsID{}
+		a.ports.close()
+		a.ports = nil
+		if a.retry != nil {
+			a.retry.Stop()
+			a.retry, a.retryAt = nil, time.Time{}
+		}
+	}
+	m.mu.Unlock()
+	for _, s := range subs {
+		s.close()
+		<-s.ended
+	}
+	if m.dirs != nil {
+		m.dirs.close()
+	}
+}
+
+// work checks the attachments the queue hands it, one at a time, until ctx
+// ends. Concurrency workers run, so a burst of changes is checked that
+// many at a time, in the order the changes came.
+func (m *Monitor) work(ctx context.Context) {
+	for {
+		key, ok := m.queue.pop(ctx)
+		if !ok {
+			return
+		}
+		m.mu.Lock()
+		var rec *state.Record
+		if a := m.atts[key]; a != nil {
+			rec = a.rec
+		}
+		m.mu.Unlock()
+		if rec == nil {
+			continue // the record went meanwhile
+		}
+		m.check(ctx, rec, true)
+	}
+}
+
+// subscription is one attachment's link watch in its pod netns.
+type subscription struct {
+	watch *vfnet.LinkWatch
+	ended chan struct{} // closed once its socket is closed and its goroutine done
+}
+
+// close closes the socket; safe on nil and when repeated.
+func (s *subscription) close() {
+	if s != nil {
+		s.watch.Close()
+	}
+}
+
+// subscribe opens a link watch in the attachment's netns: each
+// notification about the VF that changes what the monitor compares queues
+// a check. When the socket fails, the watch ends and the next poll opens a
+// new one. Without a netns at the path, nothing is opened; the poll tries
+// again when the path changes.
+func (m *Monitor) subscribe(a *attachment) {
+	rec := a.rec
+	key := rec.Key()
+	m.mu.Lock()
+	var ports *portPoll
+	if a.ports == nil {
+		// Read before the first check is queued: a change after this read
+		// is seen by the poll, one before it by that check.
+		ports = newPortPoll(m.sys, rec.PCI)
+	}
+	m.mu.Unlock()
+	ports.baseline()
+	s := &subscription{ended: make(chan struct{})}
+	w, err := vfnet.WatchLinks(rec.Netns,
+		func(u netlink.LinkUpdate) { m.linkUpdate(a, u) },
+		func(err error) {
+			// An answer that the VF's index is gone, or lost notifications.
+			m.log.Debug("link watch", append(attachmentAttrs(rec), "err", err)...)
+			if errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ENOBUFS) {
+				m.queue.push(key, sourceLink)
+			}
+		},
+		func(err error) { m.subscriptionEnded(a, s, err) })
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if a.ports == nil && m.atts[key] == a {
+		a.ports, ports = ports, nil
+	}
+	ports.close() // not needed after all
+	if err != nil {
+		a.pathID, _ = vfnet.NetnsIDOf(rec.Netns) // not again until the path changes
+		m.log.Debug("no link watch", append(attachmentAttrs(rec), "err", err)...)
+		return
+	}
+	s.watch = w
+	m.subs++
+	if !m.eventsOn || m.atts[key] != a {
+		w.Close() // Run is ending, or the record went meanwhile
+		return
+	}
+	old := a.sub
+	a.sub, a.pathID, a.lastLink = s, w.ID(), ""
+	old.close()
+}
+
+// subscriptionEnded runs once a watch's socket is closed, on purpose
+// (err nil) or because receiving failed: then the next poll reopens it.
+func (m *Monitor) subscriptionEnded(a *attachment, s *subscription, err error) {
+	m.mu.Lock()
+	m.subs--
+	if a.sub == s {
+		a.sub, a.pathID = nil, vfnet.NetnsID{} // the next poll reopens it
+	}
+	current := m.atts[a.rec.Key()] == a
+	m.mu.Unlock()
+	close(s.ended)
+	if err != nil && current {
+		m.log.Info("link watch failed and will be reopened; checking the attachment, as changes may have been missed",
+			append(attachmentAttrs(a.rec), "err", err)...)
+		m.queue.push(a.rec.Key(), sourceLink)
+	}
+}
+
+// linkUpdate queues a check for a notification (or an answer) that may be
+// about the attachment's VF: its index, its PCI parent, its ifname or its
+// altname (a link taking them matters too), unless it shows the VF as the
+// last one did in everything a check compares. Before the VF's index is
+// known, everything counts.
+func (m *Monitor) linkUpdate(a *attachment, u netlink.LinkUpdate) {
+	m.mu.Lock()
+	rec, idx := a.rec, a.ifindex
+	queue := true
+	switch {
+	case u.Link == nil || idx == 0:
+	case int(u.Index) == idx:
+		sum := linkSummary(u)
+		queue = sum != a.lastLink
+		a.lastLink = sum
+	default:
+		l := u.Attrs()
+		queue = l.ParentDev == rec.PCI || l.Name == rec.IfName || (rec.AltName != "" && slices.Contains(l.AltNames, rec.AltName))
+	}
+	m.mu.Unlock()
+	if queue {
+		m.queue.push(rec.Key(), sourceLink)
+	}
+}
+
+// linkSummary is what a check compares of a link, as one string.
+func linkSummary(u netlink.LinkUpdate) string {
+	l := u.Attrs()
+	return fmt.Sprintf("%d %s %s %s %d %#x %s %s", u.Header.Type, l.Name, strings.Join(l.AltNames, ","), l.HardwareAddr,
+		l.MTU, l.RawFlags&(unix.IFF_UP|unix.IFF_LOWER_UP), l.EncapType, l.ParentDev)
+}
+
+// poll looks, every poll interval, at what each attachment's netns path
+// names (a pod sandbox torn down without DEL unmounts it: its subscription
+// is closed, which lets the netns go, and the attachment checked) and, on
+// a goroutine of its own since a sysfs read can hang, at the VFs' RDMA
+// port state and link layer.
+func (m *Monitor) poll(ctx context.Context) {
+	t := time.NewTicker(m.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		atts := m.pollNetns()
+		go m.pollPorts(atts)
+	}
+}
+
+// pollNetns (re)opens or closes subscriptions as the netns paths say, and
+// returns the attachments.
+func (m *Monitor) pollNetns() []*attachment {
+	m.mu.Lock()
+	atts := make([]*attachment, 0, len(m.atts))
+	for _, a := range m.atts {
+		atts = append(atts, a)
+	}
+	m.mu.Unlock()
+	for _, a := range atts {
+		id, err := vfnet.NetnsIDOf(a.rec.Netns)
+		m.mu.Lock()
+		changed := id != a.pathID
+		var closing *subscription
+		if changed && a.sub != nil {
+			closing, a.sub = a.sub, nil
+		}
+		a.pathID = id
+		current := m.atts[a.rec.Key()] == a && m.eventsOn
+		sub, idx := a.sub, a.ifindex
+		m.mu.Unlock()
+		closing.close()
+		if !changed && current && sub != nil && idx != 0 && len(a.rec.RDMA) == 0 {
+			// The carrier is the port state of a VF without RDMA
+			// device, and its notifications wait for the kernel's
+			// linkwatch, up to a second after the last link event
+			// anywhere on the node; the answer comes at once (and shows
+			// what a down link's altname change does not announce).
+			_ = sub.watch.Ask(idx)
+		}
+		if !changed || !current {
+			continue
+		}
+		if err == nil {
+			m.subscribe(a) // another netns at the path, or a lost subscription
+		}
+		m.queue.push(a.rec.Key(), sourceNetns)
+	}
+	return atts
+}
+
+// pollPorts reads the polled sysfs files of each attachment and queues a
+// check for those whose values changed. An attachment whose read is still
+// hanging from an earlier poll is skipped.
+func (m *Monitor) pollPorts(atts []*attachment) {
+	for _, a := range atts {
+		m.mu.Lock()
+		p, key := a.ports, a.rec.Key()
+		m.mu.Unlock()
+		if p != nil && p.changed() {
+			m.queue.push(key, sourceSysfs)
+		}
+	}
+}
+
+// portPoll is what the poller reads of one VF: for each port of each of
+// its RDMA devices, the logical state and the link layer. phys_state is
+// left out: a port whose physical link drops leaves ACTIVE too, and the
+// check that follows reads everything. On mlx5 a port state read queries
+// the firmware, so a few reads per VF per interval is the budget. The
+// files stay open and are read again at offset 0, which makes sysfs (and
+// seq_file) produce the value anew: one pread per file per poll instead of
+// open, stat, read and close. A read that fails (the device was removed or
+// probed again) closes them all; the next poll opens what is there then.
+type portPoll struct {
+	sys    sysfs.Reader
+	pci    string
+	busy   atomic.Bool // a read is under way, perhaps hanging
+	closed atomic.Bool
+	// stale asks for the files to be opened anew, as each sweep does: a
+	// file replaced rather than removed (not sysfs, whose removed files
+	// fail to read) is read from its new inode at least that often.
+	stale atomic.Bool
+	files []*os.File // nil: open them at the next poll
+	last  []byte     // the values read last, concatenated
+	buf   []byte
+}
+
+func newPortPoll(sys sysfs.Reader, pci string) *portPoll {
+	return &portPoll{sys: sys, pci: pci, buf: make([]byte, 64)}
+}
+
+// changed reads the files and reports whether they differ from the last
+// read (not on the first). A VF without RDMA devices has nothing to poll.
+func (p *portPoll) changed() bool {
+	if !p.busy.CompareAndSwap(false, true) {
+		return false // a read is hanging
+	}
+	defer p.release()
+	if p.closed.Load() {
+		return false
+	}
+	if p.stale.Swap(false) {
+		p.closeFiles()
+	}
+	if p.files == nil {
+		p.files = p.open()
+	}
+	var now []byte
+	for _, f := range p.files {
+		n, err := f.ReadAt(p.buf, 0)
+		if err != nil && !errors.Is(err, io.EOF) || n == 0 {
+			p.closeFiles() // gone or probed again: open anew next time
+			now = append(now, "unreadable"...)
+			break
+		}
+		now = append(append(now, p.buf[:n]...), 0)
+	}
+	first := p.last == nil
+	diff := !bytes.Equal(now, p.last)
+	p.last = now
+	return diff && !first
+}
+
+// baseline reads the files for the first time (nil: nothing to read).
+func (p *portPoll) baseline() {
+	if p != nil {
+		p.changed()
+	}
+}
+
+// release ends a read; the files of a poll closed meanwhile are closed now.
+func (p *portPoll) release() {
+	if p.closed.Load() {
+		p.closeFiles()
+	}
+	p.busy.Store(false)
+}
+
+// close closes the files, now or when the read under way ends.
+func (p *portPoll) close() {
+	if p == nil {
+		return
+	}
+	p.closed.Store(true)
+	if p.busy.CompareAndSwap(false, true) {
+		p.release()
+	}
+}
+
+func (p *portPoll) closeFiles() {
+	for _, f := range p.files {
+		f.Close()
+	}
+	p.files = nil
+}
+
+// open opens the files to poll: infiniband/*/ports/*/{state,link_layer}.
+func (p *portPoll) open() []*os.File {
+	files := []*os.File{} // opened: none is not nil
+	devs, _ := os.ReadDir(p.sys.PCIPath(p.pci, "infiniband"))
+	for _, d := range devs {
+		ports, _ := os.ReadDir(p.sys.PCIPath(p.pci, "infiniband", d.Name(), "ports"))
+		for _, port := range ports {
+			for _, attr := range []string{"state", "link_layer"} {
+				if f, err := os.Open(p.sys.PCIPath(p.pci, "infiniband", d.Name(), "ports", port.Name(), attr)); err == nil {
+					files = append(files, f)
+				}
+			}
+		}
+	}
+	return files
+}
+
+// settle is how long a queued check waits for the rest of the change it
+// was queued for: a rename is three notifications (down, rename, up) and a
+// check between them would report the link down. It is the least latency
+// of an event's check.
+const settle = 30 * time.Millisecond
+
+// queue holds the attachments to check, each at most once, in the order
+// their changes came: a burst is worked off in order and no attachment
+// waits behind another's repeated changes. Each waits settle first.
+type queue struct {
+	mu     sync.Mutex
+	items  []queued
+	queued map[state.Key]bool
+	wake   chan struct{}
+	counts func(source string) // counts what queued checks; may be nil
+}
+
+type queued struct {
+	key state.Key
+	due time.Time
+}
+
+func newQueue() *queue {
+	return &queue{queued: map[state.Key]bool{}, wake: make(chan struct{}, 1)}
+}
+
+// push queues key unless it is already queued; source ("" for a check
+// asked for again) is counted.
+func (q *queue) push(key state.Key, source string) {
+	q.mu.Lock()
+	if !q.queued[key] {
+		q.queued[key] = true
+		q.items = append(q.items, queued{key, time.Now().Add(settle)})
+	}
+	count := q.counts
+	q.mu.Unlock()
+	if source != "" && count != nil {
+		count(source)
+	}
+	q.signal()
+}
+
+func (q *queue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pop returns the oldest queued key once it is due, waiting until ctx ends.
+func (q *queue) pop(ctx context.Context) (state.Key, bool) {
+	for {
+		q.mu.Lock()
+		var wait time.Duration = -1
+		if len(q.items) > 0 {
+			head := q.items[0]
+			if wait = time.Until(head.due); wait <= 0 {
+				q.items = q.items[1:]
+				delete(q.queued, head.key)
+				more := len(q.items) > 0
+				q.mu.Unlock()
+				if more {
+					q.signal() // hand the rest to another worker
+				}
+				return head.key, true
+			}
+		}
+		q.mu.Unlock()
+		var due <-chan time.Time
+		var t *time.Timer
+		if wait > 0 {
+			t = time.NewTimer(wait)
+			due = t.C
+		}
+		select {
+		case <-q.wake:
+		case <-due:
+		case <-ctx.Done():
+			return state.Key{}, false
+		}
+		if t != nil {
+			t.Stop()
+		}
+	}
+}
+
+// dirWatch is an inotify watch on the records directory, or, until that
+// exists, on the state directory for its creation. inotify costs nothing
+// while nothing changes and tells at once; listing the directory every
+// poll interval would read all records each time.
+type dirWatch struct {
+	records, parent string
+	f               *os.File
+	mu              sync.Mutex
+	wdRecords       int // -1: not watched
+	wdParent        int
+}
+
+func newDirWatch(records, parent string) (*dirWatch, error) {
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return nil, os.NewSyscallError("inotify_init1", err)
+	}
+	// Non-blocking, so reads wait in the runtime's poller and Close ends them.
+	w := &dirWatch{records: records, parent: parent, f: os.NewFile(uintptr(fd), "inotify"), wdRecords: -1, wdParent: -1}
+	w.ensure()
+	return w, nil
+}
+
+// ensure watches the records directory if it exists, else its parent for
+// its creation. Safe to call at any time.
+func (w *dirWatch) ensure() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.wdRecords >= 0 {
+		return
+	}
+	fd := int(w.f.Fd())
+	wd, err := unix.InotifyAddWatch(fd, w.records,
+		unix.IN_MOVED_TO|unix.IN_MOVED_FROM|unix.IN_DELETE|unix.IN_CLOSE_WRITE|unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_ONLYDIR)
+	if err == nil {
+		w.wdRecords = wd
+		return
+	}
+	if w.wdParent < 0 {
+		if wd, err := unix.InotifyAddWatch(fd, w.parent, unix.IN_CREATE|unix.IN_MOVED_TO|unix.IN_ONLYDIR); err == nil {
+			w.wdParent = wd
+		}
+	}
+}
+
+func (w *dirWatch) close() { w.f.Close() }
+
+// watchRecords reconciles the monitor's attachments with the records
+// whenever a record file is written, renamed or removed, until ctx ends.
+func (m *Monitor) watchRecords(ctx context.Context, w *dirWatch) {
+	stop := context.AfterFunc(ctx, w.close)
+	defer stop()
+	buf := make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
+	for {
+		n, err := w.f.Read(buf)
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, os.ErrClosed) {
+				m.log.Warn("state directory watch failed; new and deleted records are seen by the sweep", "err", err)
+			}
+			return
+		}
+		if w.changed(buf[:n]) {
+			recs, _ := m.store.List() // unreadable files: the sweep reports them
+			m.reconcile(recs)
+		}
+	}
+}
+
+// changed parses inotify events and reports whether a record may have
+// appeared, changed or gone; it re-arms the watches as directories come
+// and go.
+func (w *dirWatch) changed(buf []byte) bool {
+	changed := false
+	for len(buf) >= unix.SizeofInotifyEvent {
+		wd := int(binary.NativeEndian.Uint32(buf[0:4]))
+		mask := binary.NativeEndian.Uint32(buf[4:8])
+		end := unix.SizeofInotifyEvent + int(binary.NativeEndian.Uint32(buf[12:16]))
+		if end > len(buf) {
+			break
+		}
+		name := strings.TrimRight(string(buf[unix.SizeofInotifyEvent:end]), "\x00")
+		buf = buf[end:]
+		w.mu.Lock()
+		wdRecords, wdParent := w.wdRecords, w.wdParent
+		if mask&unix.IN_IGNORED != 0 && wd == wdRecords {
+			w.wdRecords = -1 // the records directory went
+		}
+		w.mu.Unlock()
+		switch {
+		case mask&unix.IN_Q_OVERFLOW != 0:
+			changed = true
+		case wd == wdParent && name == filepath.Base(w.records):
+			changed = true
+		case wd == wdRecords && (mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_IGNORED) != 0 ||
+			strings.HasSuffix(name, ".json") && !strings.HasPrefix(name, ".tmp-") && !strings.HasPrefix(name, ".probe-")):
+			changed = true
+		}
+	}
+	w.ensure()
+	return changed
+}
