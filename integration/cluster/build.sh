@@ -75,6 +75,10 @@ cached() {
 		touch "$dst.tmp/.complete"
 		rm -rf "$dst" && mv "$dst.tmp" "$dst"
 		say "built $name in $((SECONDS - t0))s"
+		# Older builds of the component (other versions or keys) go.
+		for f in "$CACHE/${name%-*}"-*; do
+			[ "$f" = "$dst" ] || rm -rf "$f"
+		done
 	fi
 	for f in "$dst"/*; do ln -sf "$f" "$OUT/"; done
 }
