@@ -9,7 +9,7 @@ GOBUILD  := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 
 export CGO_ENABLED := 0
 
-.PHONY: all build tools demo test test-quick test-unit test-integration vet fmt-check lab lab-soak image bench soak fuzz clean
+.PHONY: all build tools demo test test-quick test-unit test-integration vet fmt-check lab lab-soak cluster-e2e image bench soak fuzz clean
 
 all: build
 
@@ -49,8 +49,8 @@ test-integration: build tools
 ## test-quick: vet, format, unit and privileged integration suites (no QEMU lab).
 test-quick: vet fmt-check test-unit test-integration
 
-## test: every test: test-quick, then the QEMU SR-IOV lab.
-test: test-quick lab
+## test: every test: test-quick, then the QEMU SR-IOV lab and the Kubernetes e2e.
+test: test-quick lab cluster-e2e
 
 ## image: the container image as an OCI archive, built without a container engine (tools/mkimage), then inspected by a test.
 IMAGE             ?= ghcr.io/sriov-stable-cni/sriov-stable-cni
@@ -65,6 +65,13 @@ image: build
 ## lab: the QEMU SR-IOV lab (docs/lab.md): real igbvf VFs, the chain through libcni and Multus.
 lab:
 	bash integration/lab/run.sh
+
+## cluster-e2e: a single-node Kubernetes built here (every version pinned in integration/cluster/versions.env,
+## binaries cached in /var/cache/sriov-stable-cluster) inside private namespaces on a fixture DGX node: the DaemonSet,
+## NADs through the Multus thin plugin, VFs from a device plugin, drift, churn with restarts, an upgrade, pod start
+## latency (integration/cluster/README.md). Prints the figures; leaves nothing behind.
+cluster-e2e:
+	bash integration/cluster/run.sh
 
 ## lab-soak: the lab's real-VF soak alone, 200 ADD/CHECK/DEL cycles (make lab runs 40); prints the figures.
 lab-soak:

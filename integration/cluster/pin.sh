@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Writes the tools modules of the cluster e2e from versions.env: after
+# changing a version there, run
+#   integration/cluster/pin.sh
+# and commit tools/{kubernetes,etcd,containerd,runc}/go.{mod,sum}. Each is
+# its own module so that no component drags another's (or the project's)
+# dependency versions. CNI plugins and Multus are pinned by the project's
+# go.mod and tools/multus; build.sh checks them against versions.env.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+# shellcheck source=versions.env
+. "$HERE/versions.env"
+
+GO_VERSION=$(go env GOVERSION)
+GO_VERSION=${GO_VERSION#go}
+
+# new_module DIR WHAT starts DIR/go.mod afresh with a comment saying what
+# it builds.
+new_module() {
+	local dir=$ROOT/tools/$1
+	mkdir -p "$dir"
+	rm -f "$dir/go.sum"
+	cat >"$dir/go.mod" <<EOF
+// $2, for the cluster e2e
+// (integration/cluster), pinned in integration/cluster/versions.env and
+// written by integration/cluster/pin.sh: edit the version there, not here.
+module github.com/sriov-stable-cni/sriov-stable-cni/tools/$1
+
+go $GO_VERSION
+EOF
+}
+
+# tools DIR PACKAGE@VERSION... records the packages as tools and tidies.
+tools() {
+	local dir=$ROOT/tools/$1
+	shift
+	(cd "$dir" && go get -tool "$@" && go mod tidy)
+}
+
+pin_kubernetes() {
+	local gomod staging=() m args=()
+	gomod=$(go mod download -json "k8s.io/kubernetes@$KUBERNETES" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
+	[ -f "$gomod" ] || { echo "pin: cannot download k8s.io/kubernetes@$KUBERNETES" >&2; exit 1; }
+	mapfile -t staging < <(awk '$2 == "=>" && $3 ~ /^\.\/staging\// { print $1 }' "$gomod")
+	new_module kubernetes "kube-apiserver, kube-controller-manager, kube-scheduler and kubelet of
+// Kubernetes $KUBERNETES, its ${#staging[@]} staging modules at their v0 twins"
+	for m in "${staging[@]}"; do args+=("-replace=$m=$m@v0.${KUBERNETES#v1.}"); done
+	(cd "$ROOT/tools/kubernetes" && go mod edit "-require=k8s.io/kubernetes@$KUBERNETES" "${args[@]}")
+	tools kubernetes k8s.io/kubernetes/cmd/{kube-apiserver,kube-controller-manager,kube-scheduler,kubelet}
+}
+
+main() {
+	pin_kubernetes
+	new_module etcd "etcd $ETCD"
+	tools etcd "go.etcd.io/etcd/server/v3@$ETCD"
+	new_module containerd "containerd, ctr and containerd-shim-runc-v2 $CONTAINERD"
+	tools containerd github.com/containerd/containerd/v2/cmd/{containerd,ctr,containerd-shim-runc-v2}@"$CONTAINERD"
+	new_module runc "runc $RUNC"
+	tools runc "github.com/opencontainers/runc@$RUNC"
+}
+
+main "$@"

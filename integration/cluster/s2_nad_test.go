@@ -1,0 +1,155 @@
+//go:build clustere2e
+
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// eightPods are scenario 2's pods, which scenario 3 goes on with.
+var eightPods []string
+
+// startPods creates pods on a NAD (one VF of res each), all at once, and
+// waits until every one runs; it returns them and each one's create to
+// Ready time.
+func (c *cluster) startPods(ctx context.Context, names []string, nad, res string, timeout time.Duration) ([]*corev1.Pod, []time.Duration, error) {
+	pods := make([]*corev1.Pod, len(names))
+	took := make([]time.Duration, len(names))
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() {
+			start := time.Now()
+			if _, err := c.createPod(ctx, podSpec(name, nad, res)); err != nil {
+				errs[i] = err
+				return
+			}
+			pods[i], errs[i] = c.waitRunning(ctx, name, timeout)
+			took[i] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return pods, took, err
+		}
+	}
+	return pods, took, nil
+}
+
+// checkAttachment checks that the pod's net1 is exactly the VF kubelet
+// allocated to it: in the pod's netns (found by its IP), net1 carries the
+// stable altname of that VF's PCI address and the stand-in's MAC, and the
+// pod's network-status (written by Multus from our result) names net1 with
+// that MAC and the VF's PCI address in its device-info.
+func (c *cluster) checkAttachment(p *corev1.Pod, nad, pci string) error {
+	netns, err := c.podNetns(p)
+	if err != nil {
+		return err
+	}
+	l, err := linkIn(netns, "net1")
+	if err != nil || l == nil {
+		return fmt.Errorf("pod %s: no net1 in %s (%v)", p.Name, netns, err)
+	}
+	want := c.node.standIns[pci]
+	if want == nil {
+		return fmt.Errorf("pod %s was allocated %s, not a VF of the node", p.Name, pci)
+	}
+	if !slices.Contains(l.Attrs().AltNames, want.AltName) {
+		return fmt.Errorf("pod %s: net1 has altnames %v, not %s of the allocated VF %s", p.Name, l.Attrs().AltNames, want.AltName, pci)
+	}
+	if mac := l.Attrs().HardwareAddr.String(); mac != c.node.macs[pci] {
+		return fmt.Errorf("pod %s: net1 has MAC %s, the allocated VF %s has %s", p.Name, mac, pci, c.node.macs[pci])
+	}
+	st, err := networkStatus(p)
+	if err != nil {
+		return err
+	}
+	for _, s := range st {
+		if s.Name != testNamespace+"/"+nad {
+			continue
+		}
+		if s.Interface != "net1" || s.Mac != c.node.macs[pci] {
+			return fmt.Errorf("pod %s: network-status of %s is interface %q mac %q, want net1 %s", p.Name, nad, s.Interface, s.Mac, c.node.macs[pci])
+		}
+		if s.DeviceInfo == nil || s.DeviceInfo.Pci == nil || s.DeviceInfo.Pci.PciAddress != pci {
+			return fmt.Errorf("pod %s: network-status of %s has device-info %+v, want pci-address %s", p.Name, nad, s.DeviceInfo, pci)
+		}
+		return nil
+	}
+	return fmt.Errorf("pod %s: network-status has no entry for %s/%s: %s", p.Name, testNamespace, nad, p.Annotations[networkStatusAnnotation])
+}
+
+// ensureEightPods starts scenario 2's pods unless they run already.
+func (c *cluster) ensureEightPods(t *testing.T) {
+	t.Helper()
+	if len(eightPods) > 0 {
+		return
+	}
+	c.ensureNADs(t)
+	names := []string{}
+	for i := range 8 {
+		names = append(names, fmt.Sprintf("vf-%d", i))
+	}
+	if _, _, err := c.startPods(context.Background(), names, nadVF, resourceVF, 120*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	eightPods = names
+}
+
+// TestS2EightPods: a NAD [host-device, sriov-stable-cni] with a resource
+// name; 8 pods asking for one VF each all run, each with exactly the VF
+// kubelet allocated as net1, and the network-status annotation shows it.
+func TestS2EightPods(t *testing.T) {
+	c := mustCluster(t)
+	c.ensureNADs(t)
+	ctx := context.Background()
+	var names []string
+	for i := range 8 {
+		names = append(names, fmt.Sprintf("vf-%d", i))
+	}
+	start := time.Now()
+	pods, took, err := c.startPods(ctx, names, nadVF, resourceVF, 120*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eightPods = names
+	p50, p90 := quantiles(took)
+	figf("2 NAD", "8 pods at once, create to all Ready", "%.1f s (per pod p50 %s, p90 %s)", time.Since(start).Seconds(), ms(p50), ms(p90))
+	alloc, err := allocations(ctx, resourceVF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	for _, p := range pods {
+		ids := alloc[p.Name]
+		if len(ids) != 1 {
+			t.Errorf("pod %s holds %d devices of %s (%v), want 1", p.Name, len(ids), resourceVF, ids)
+			continue
+		}
+		if other, dup := seen[ids[0]]; dup {
+			t.Errorf("pods %s and %s were both allocated %s", other, p.Name, ids[0])
+		}
+		seen[ids[0]] = p.Name
+		if err := c.checkAttachment(p, nadVF, ids[0]); err != nil {
+			t.Error(err)
+		}
+	}
+	if recs := records(t); len(recs) != 8 {
+		t.Errorf("%d attachment records on the node, want 8: %v", len(recs), recs)
+	}
+	var vfs []string
+	for pci := range seen {
+		vfs = append(vfs, pci)
+	}
+	slices.Sort(vfs)
+	t.Logf("VFs allocated and verified in the pods: %s", strings.Join(vfs, " "))
+}

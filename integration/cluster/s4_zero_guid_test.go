@@ -1,0 +1,73 @@
+//go:build clustere2e
+
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestS4ZeroGUID: a pod on the VF whose node GUID is zero does not start;
+// kubelet's FailedCreatePodSandBox event (what kubectl describe pod shows)
+// carries our error's message (error 102), with the VF, the netns and what
+// was found. After the
+// pod is deleted the VF is back on the node and no record is left.
+func TestS4ZeroGUID(t *testing.T) {
+	c := mustCluster(t)
+	c.ensureNADs(t)
+	ctx := context.Background()
+	vf := c.node.zeroGUID
+	start := time.Now()
+	if _, err := c.createPod(ctx, podSpec("zero-guid", nadZeroGUID, resourceZeroGUID)); err != nil {
+		t.Fatal(err)
+	}
+	var event corev1.Event
+	err := waitFor(90*time.Second, 500*time.Millisecond, "a FailedCreatePodSandBox event with our error", func() (bool, error) {
+		for _, e := range c.podEvents(ctx, "zero-guid", corev1.EventTypeWarning) {
+			if e.Reason == "FailedCreatePodSandBox" && strings.Contains(e.Message, "VF "+vf.PCI) {
+				event = e
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("events: %s", c.podTrouble("zero-guid"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	figf("4 zero GUID", "pod create to FailedCreatePodSandBox with our error", "%.1f s", time.Since(start).Seconds())
+	t.Logf("kubectl describe pod zero-guid shows:\n  Warning  %s  %s", event.Reason, event.Message)
+	for _, want := range []string{"sriov-stable-cni", "VF " + vf.PCI, "GUID"} {
+		if !strings.Contains(event.Message, want) {
+			t.Errorf("the event does not name %q: %s", want, event.Message)
+		}
+	}
+	// Multus wraps a delegate's error as text ("error adding container to
+	// network ...: %v") and returns its own code, so our code (102) does not
+	// reach kubelet; our message does, and our plugin's log has the failure.
+	pluginLog := readFile("/var/log/sriov-stable-cni.log")
+	if !logHas(pluginLog, "level=ERROR", "command=ADD", vf.PCI) {
+		t.Errorf("our plugin's log has no failed ADD for %s:\n%s", vf.PCI, lastLines(pluginLog, 10))
+	}
+	p, err := c.client.CoreV1().Pods(testNamespace).Get(ctx, "zero-guid", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Status.Phase != corev1.PodPending {
+		t.Errorf("pod on the zero-GUID VF is %s, want Pending", p.Status.Phase)
+	}
+	if err := c.deletePods(ctx, 60*time.Second, "zero-guid"); err != nil {
+		t.Fatal(err)
+	}
+	if missing := c.node.vfsHome(); len(missing) > 0 {
+		t.Errorf("VFs not back under their host name: %s", strings.Join(missing, ", "))
+	}
+	if recs := records(t); len(recs) > 0 {
+		t.Errorf("%d records left: %v", len(recs), recs)
+	}
+}

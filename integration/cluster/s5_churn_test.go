@@ -1,0 +1,140 @@
+//go:build clustere2e
+
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// churnWorkers is how many pods churn at once.
+const churnWorkers = 8
+
+// TestS5Churn: create/delete cycles of pods on the NAD whose chain renames
+// the VF before our plugin runs (as udev does, and as the soak injects it),
+// with containerd restarted once and kubelet restarted once mid-churn. Every
+// pod runs with its VF as net1; afterwards no pod is stuck in a failing
+// DEL, no VF is stranded in a dead netns (each is back on the node under
+// its host name), no netns of a pod is left and no record is left.
+func TestS5Churn(t *testing.T) {
+	c := mustCluster(t)
+	c.ensureNADs(t)
+	ctx := context.Background()
+	ch := &churn{c: c, nad: nadUdev, prefix: "churn", workers: churnWorkers, cycles: *churnCycles}
+	start := time.Now()
+	var restarts []string
+	err := ch.run(ctx, func(done func() int64) error {
+		for _, r := range []struct {
+			at   int64
+			what string
+			do   func() error
+		}{
+			{int64(*churnCycles) / 3, "containerd", c.restartContainerd},
+			{int64(*churnCycles) * 2 / 3, "kubelet", c.restartKubelet},
+		} {
+			for done() < r.at {
+				time.Sleep(100 * time.Millisecond)
+			}
+			t0 := time.Now()
+			if err := r.do(); err != nil {
+				return fmt.Errorf("restart %s: %w", r.what, err)
+			}
+			restarts = append(restarts, fmt.Sprintf("%s after cycle %d (back in %.1f s)", r.what, done(), time.Since(t0).Seconds()))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+	took := time.Since(start)
+	for _, f := range ch.failures {
+		t.Error(f)
+	}
+	p50, p90 := quantiles(ch.took)
+	figf("5 churn", "cycles (create, Ready, check, delete, gone)", "%d in %.1f s with %d workers, %d failed", ch.done.Load(), took.Seconds(), churnWorkers, len(ch.failures))
+	figf("5 churn", "pod create to Ready during churn", "p50 %s, p90 %s", ms(p50), ms(p90))
+	figf("5 churn", "restarts", "%s", strings.Join(restarts, "; "))
+	counts, msgs := c.sandboxFailures(ctx, start)
+	figf("5 churn", "retried sandbox failures (kubelet events)", "FailedCreatePodSandBox %d, FailedKillPod %d",
+		counts["FailedCreatePodSandBox"], counts["FailedKillPod"])
+	for _, m := range msgs {
+		t.Logf("event: %s", m)
+	}
+	c.checkNodeClean(t, "after churn")
+}
+
+// checkNodeClean asserts that no test pod, no pod netns but the
+// DaemonSet's, no record is left and every VF is home.
+func (c *cluster) checkNodeClean(t *testing.T, when string) {
+	t.Helper()
+	ctx := context.Background()
+	pods, err := c.client.CoreV1().Pods(testNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) > 0 {
+		t.Errorf("%s: %d test pods left (a DEL still failing?)", when, len(pods.Items))
+	}
+	missing := c.node.vfsHome()
+	if len(missing) > 0 {
+		t.Errorf("%s: VFs not back under their host name (stranded): %s", when, strings.Join(missing, ", "))
+	}
+	recs := records(t)
+	if len(recs) > 0 {
+		t.Errorf("%s: %d records left: %v", when, len(recs), recs)
+	}
+	netns := c.node.podNetnsPaths()
+	if len(netns) > 1 {
+		t.Errorf("%s: %d pod network namespaces left, want 1 (the DaemonSet pod's): %v", when, len(netns), netns)
+	}
+	figf("node", when, "%d VFs stranded, %d records, %d pod netns besides the DaemonSet's", len(missing), len(recs), max(len(netns)-1, 0))
+}
+
+// restartContainerd stops containerd (its shims and containers keep
+// running, as in an upgrade of containerd) and starts it again.
+func (c *cluster) restartContainerd() error {
+	if err := c.containerd.restart(30 * time.Second); err != nil {
+		return err
+	}
+	return c.waitContainerd()
+}
+
+// restartKubelet stops kubelet and starts it again; it is back when its
+// healthz answers, it has posted a Ready heartbeat since, and the device
+// plugin has registered again (allocatable VFs as before).
+func (c *cluster) restartKubelet() error {
+	restarted := time.Now()
+	if err := c.kubelet.restart(30 * time.Second); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	return waitFor(120*time.Second, 250*time.Millisecond, "kubelet back", func() (bool, error) {
+		if err := c.kubelet.exitedEarly(); err != nil {
+			return false, fatalErr{err}
+		}
+		if _, err := httpGet(http.DefaultClient, "http://127.0.0.1:10248/healthz"); err != nil {
+			return false, err
+		}
+		n, err := c.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady && (cond.Status != corev1.ConditionTrue || cond.LastHeartbeatTime.Time.Before(restarted.Truncate(time.Second))) {
+				return false, fmt.Errorf("no Ready heartbeat since the restart: %s %v", cond.Status, cond.LastHeartbeatTime)
+			}
+		}
+		q := n.Status.Allocatable[corev1.ResourceName(resourceVF)]
+		if q.Value() != int64(len(c.node.vfs)-1) {
+			return false, fmt.Errorf("allocatable %s is %d", resourceVF, q.Value())
+		}
+		return true, nil
+	})
+}
