@@ -5,6 +5,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,7 @@ type churn struct {
 	cycles  int // at least this many; more while during() runs
 
 	started, done atomic.Int64
+	rejected      atomic.Int64 // pods rejected at admission and replaced
 	mu            sync.Mutex
 	failures      []string
 	took          []time.Duration
@@ -62,12 +64,31 @@ func (ch *churn) fail(format string, a ...any) {
 	ch.failures = append(ch.failures, fmt.Sprintf(format, a...))
 }
 
+// cycle runs one cycle. A pod kubelet rejects at admission because the
+// device plugin has not registered again yet after a kubelet restart
+// (kubelet admits pods before plugins re-register) never reached the
+// runtime: it is counted and replaced by a new pod, as its controller would.
 func (ch *churn) cycle(ctx context.Context, name string) {
+	for attempt := 0; ; attempt++ {
+		pod := name
+		if attempt > 0 {
+			pod = fmt.Sprintf("%s-r%d", name, attempt)
+		}
+		if !ch.attempt(ctx, pod) || attempt == 3 {
+			return
+		}
+		ch.rejected.Add(1)
+	}
+}
+
+// attempt runs one pod through the cycle; it returns true when kubelet
+// rejected the pod at admission for want of a registered device.
+func (ch *churn) attempt(ctx context.Context, name string) (rejected bool) {
 	c := ch.c
 	start := time.Now()
 	if _, err := c.createPod(ctx, podSpec(name, ch.nad, resourceVF)); err != nil {
 		ch.fail("create %s: %v", name, err)
-		return
+		return false
 	}
 	defer func() {
 		if err := c.deletePods(ctx, 180*time.Second, name); err != nil {
@@ -75,9 +96,13 @@ func (ch *churn) cycle(ctx context.Context, name string) {
 		}
 	}()
 	p, err := c.waitRunning(ctx, name, 180*time.Second)
+	if p != nil && p.Status.Phase == corev1.PodFailed && p.Status.Reason == "UnexpectedAdmissionError" &&
+		strings.Contains(p.Status.Message, "unhealthy devices "+resourceVF) {
+		return true
+	}
 	if err != nil {
 		ch.fail("%v", err)
-		return
+		return false
 	}
 	ch.mu.Lock()
 	ch.took = append(ch.took, time.Since(start))
@@ -85,6 +110,7 @@ func (ch *churn) cycle(ctx context.Context, name string) {
 	if err := c.checkOwnAttachment(p, ch.nad); err != nil {
 		ch.fail("%v", err)
 	}
+	return false
 }
 
 // checkOwnAttachment is checkAttachment with the VF the pod's

@@ -125,6 +125,11 @@ func onHost() int {
 		code = ee.ExitCode()
 	}
 	leftovers := hostLeftovers(before)
+	// A run that died before its teardown leaves its (now empty) cgroups:
+	// they count as left behind, and are removed for the next run.
+	if err := removeCgroupRoot(); err != nil {
+		fmt.Fprintf(os.Stderr, "cluster e2e: %v\n", err)
+	}
 	for _, l := range leftovers {
 		fmt.Fprintf(os.Stderr, "cluster e2e: left on the host: %s\n", l)
 	}

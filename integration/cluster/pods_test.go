@@ -79,7 +79,7 @@ func (c *cluster) waitRunning(ctx context.Context, name string, timeout time.Dur
 				return p, nil
 			}
 			if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
-				return p, fmt.Errorf("pod %s ended %s: %s", name, p.Status.Phase, p.Status.Message)
+				return p, fmt.Errorf("pod %s ended %s: %s %s", name, p.Status.Phase, p.Status.Reason, p.Status.Message)
 			}
 		}
 		w, err := c.client.CoreV1().Pods(testNamespace).Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: list.ResourceVersion})
@@ -94,6 +94,10 @@ func (c *cluster) waitRunning(ctx context.Context, name string, timeout time.Dur
 			if podReady(p) {
 				w.Stop()
 				return p, nil
+			}
+			if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+				w.Stop()
+				return p, fmt.Errorf("pod %s ended %s: %s %s", name, p.Status.Phase, p.Status.Reason, p.Status.Message)
 			}
 		}
 		w.Stop()

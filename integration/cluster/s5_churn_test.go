@@ -61,6 +61,8 @@ func TestS5Churn(t *testing.T) {
 	figf("5 churn", "cycles (create, Ready, check, delete, gone)", "%d in %.1f s with %d workers, %d failed", ch.done.Load(), took.Seconds(), churnWorkers, len(ch.failures))
 	figf("5 churn", "pod create to Ready during churn", "p50 %s, p90 %s", ms(p50), ms(p90))
 	figf("5 churn", "restarts", "%s", strings.Join(restarts, "; "))
+	figf("5 churn", "pods kubelet rejected at admission right after its restart (device plugin not registered again yet), replaced",
+		"%d", ch.rejected.Load())
 	counts, msgs := c.sandboxFailures(ctx, start)
 	figf("5 churn", "retried sandbox failures (kubelet events)", "FailedCreatePodSandBox %d, FailedKillPod %d",
 		counts["FailedCreatePodSandBox"], counts["FailedKillPod"])

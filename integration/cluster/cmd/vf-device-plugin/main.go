@@ -108,12 +108,15 @@ func (p *plugin) socket() string {
 func (p *plugin) run(ctx context.Context) {
 	go p.watchHealth(ctx)
 	for ctx.Err() == nil {
-		if err := p.serveOnce(ctx); err != nil {
-			p.log.Error("serving", "err", err)
+		err := p.serveOnce(ctx)
+		if err == nil {
+			continue
 		}
+		// kubelet not (yet) listening: soon again, pods wait for us.
+		p.log.Error("serving", "err", err)
 		select {
 		case <-ctx.Done():
-		case <-time.After(time.Second):
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
 }
@@ -137,7 +140,7 @@ func (p *plugin) serveOnce(ctx context.Context) error {
 		return err
 	}
 	p.log.Info("registered with kubelet", "socket", path, "vfs", len(p.vfs))
-	tick := time.NewTicker(500 * time.Millisecond)
+	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
@@ -241,6 +244,11 @@ func (p *plugin) Allocate(_ context.Context, req *dp.AllocateRequest) (*dp.Alloc
 		for _, id := range c.DevicesIds {
 			if !slices.Contains(p.vfs, id) {
 				return nil, fmt.Errorf("device %s is not a VF of %s", id, p.name)
+			}
+			// A VF allocated before has its file still there (nothing
+			// removes it when a pod ends); saving refuses to overwrite.
+			if err := nadutils.CleanDeviceInfoForDP(p.name, id); err != nil {
+				return nil, fmt.Errorf("device info of %s: %w", id, err)
 			}
 			if err := nadutils.SaveDeviceInfoForDP(p.name, id, p.deviceInfo(id)); err != nil {
 				return nil, fmt.Errorf("device info of %s: %w", id, err)
