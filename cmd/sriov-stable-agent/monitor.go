@@ -41,6 +41,7 @@ func runMonitor(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	logLevel := fs.String("log-level", "info", "error, warn, info or debug")
 	doctorInterval := fs.Duration("doctor-interval", monitor.DefaultDoctorInterval, "time between node doctor runs; 0 disables the doctor")
 	expect := addDoctorFlags(fs, "doctor: ")
+	kube := addKubeFlags(fs)
 	if code, ok := c.Parse(args); !ok {
 		return code
 	}
@@ -61,6 +62,11 @@ func runMonitor(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		cfg.Doctor = &opts
 	}
+	stopKube, err := kube.start(ctx, &cfg, log)
+	if err != nil {
+		return c.Fail(cmdline.ExitUsage, "%v", err)
+	}
+	defer stopKube()
 	mon, err := monitor.New(cfg)
 	if err != nil {
 		return c.Fail(cmdline.ExitUsage, "%v", err)
