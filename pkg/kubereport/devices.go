@@ -194,7 +194,7 @@ func (r *Reporter) syncDevices(ctx context.Context, rep *doctor.Report) error {
 	res := r.cfg.Client.ResourceV1()
 	sel := fields.OneTermEqualSelector("spec.nodeName", r.cfg.NodeName).String()
 	sl, err := res.ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel})
-	if r.served("resourceslices", err) {
+	if r.unserved("resourceslices", err) {
 		return nil
 	}
 	if err != nil {
@@ -202,7 +202,7 @@ func (r *Reporter) syncDevices(ctx context.Context, rep *doctor.Report) error {
 	}
 	own := labels.SelectorFromSet(labels.Set{labelManagedBy: Component, labelNode: labelValue(r.cfg.NodeName)}).String()
 	existing, err := res.DeviceTaintRules().List(ctx, metav1.ListOptions{LabelSelector: own})
-	if r.served("devicetaintrules", err) {
+	if r.unserved("devicetaintrules", err) {
 		return nil
 	}
 	if err != nil {
@@ -238,10 +238,10 @@ func (r *Reporter) syncDevices(ctx context.Context, rep *doctor.Report) error {
 	return errors.Join(errs...)
 }
 
-// served reports (and logs once) that the API server does not serve a DRA
-// resource: a cluster without DRA or without device taints (before
-// Kubernetes 1.37 DeviceTaintRule is not in resource.k8s.io/v1).
-func (r *Reporter) served(resource string, err error) (notServed bool) {
+// unserved reports (and logs once) that the API server does not serve a
+// DRA resource, as err says: a cluster without DRA or without device taints
+// (before Kubernetes 1.37 DeviceTaintRule is not in resource.k8s.io/v1).
+func (r *Reporter) unserved(resource string, err error) bool {
 	if !apierrors.IsNotFound(err) {
 		if err == nil && r.notServed[resource] {
 			delete(r.notServed, resource)

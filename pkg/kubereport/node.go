@@ -228,12 +228,16 @@ func (r *Reporter) syncTaint(ctx context.Context, want *corev1.Taint) (*corev1.T
 		if err != nil {
 			return err
 		}
+		i := slices.IndexFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == TaintKey })
+		switch {
+		case want == nil && i < 0:
+			return nil
+		case want != nil && i >= 0 && node.Spec.Taints[i].MatchTaint(want) && node.Spec.Taints[i].Value == want.Value:
+			return nil
+		}
 		taints := slices.DeleteFunc(slices.Clone(node.Spec.Taints), func(t corev1.Taint) bool { return t.Key == TaintKey })
 		if want != nil {
 			taints = append(taints, *want)
-		}
-		if slices.EqualFunc(taints, node.Spec.Taints, func(a, b corev1.Taint) bool { return a.MatchTaint(&b) && a.Value == b.Value }) {
-			return nil
 		}
 		patch, err := json.Marshal(map[string]any{
 			"metadata": map[string]any{"resourceVersion": node.ResourceVersion},
