@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,14 +67,27 @@ run "sriov-stable-agent monitor --help" for the flags`},
 // The monitor runs until its context ends (SIGTERM in main), then stops
 // its server and loop and exits 0.
 func TestMonitorStopsWithItsContext(t *testing.T) {
+	runMonitorUntil(t, func(log string) bool { return strings.Count(log, "sweep done") >= 3 },
+		"--state-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--interval", "50ms", "--doctor-interval", "0")
+}
+
+// runMonitorUntil runs the monitor with args (and debug logs) until its log
+// satisfies until, then ends its context; the monitor must exit 0 within
+// 10 s. It returns the log.
+func runMonitorUntil(t *testing.T, until func(log string) bool, args ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	done := make(chan int, 1)
-	var errOut bytes.Buffer
+	var errOut syncWriter
 	go func() {
-		done <- run(ctx, []string{"monitor", "--state-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--interval", "50ms", "--doctor-interval", "0"},
-			&bytes.Buffer{}, &errOut)
+		done <- run(ctx, append([]string{"monitor", "--log-level=debug"}, args...), &bytes.Buffer{}, &errOut)
 	}()
-	time.Sleep(200 * time.Millisecond) // let it serve and sweep a few times
+	for deadline := time.Now().Add(10 * time.Second); !until(errOut.String()); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the monitor's log did not get there within 10s:\n%s", errOut.String())
+		}
+	}
 	cancel()
 	select {
 	case code := <-done:
@@ -86,6 +97,25 @@ func TestMonitorStopsWithItsContext(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the monitor did not stop within 10s of its context ending")
 	}
+	return errOut.String()
+}
+
+// syncWriter is a buffer the agent's goroutines write while the test reads.
+type syncWriter struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
 
 const deployDir = "../../deploy"
@@ -233,61 +263,22 @@ func TestDeployServiceAndServiceMonitor(t *testing.T) {
 
 // The components render into the DaemonSet as the docs say: the monitor
 // container next to the installer, image and namespace set by
-// deploy/daemonset's kustomization. Rendered in-process with kustomize's
-// own library (what kubectl kustomize runs).
+// deploy/daemonset's kustomization.
 func TestDeployComponentsRender(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.CopyFS(filepath.Join(dir, "deploy"), os.DirFS(deployDir)); err != nil {
-		t.Fatal(err)
-	}
-	k := filepath.Join(dir, "deploy", "daemonset", "kustomization.yaml")
-	base, err := os.ReadFile(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	withSM := strings.Replace(string(base), "  - ../monitor\n", "  - ../monitor\n  - ../monitor/servicemonitor\n", 1)
-	if withSM == string(base) {
-		t.Fatalf("deploy/daemonset/kustomization.yaml does not include the ../monitor component")
-	}
-	if err := os.WriteFile(k, []byte(withSM), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	resMap, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(dir, "deploy", "daemonset"))
-	if err != nil {
-		t.Fatalf("kustomize build: %v", err)
-	}
-	out, err := resMap.AsYaml()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ds *appsv1.DaemonSet
-	kinds := map[string]string{}
-	for _, doc := range strings.Split(string(out), "\n---\n") {
+	docs, ds := renderDeploy(t, "../monitor/servicemonitor")
+	for _, want := range []string{"Service/sriov-stable-monitor", "ServiceMonitor/sriov-stable-monitor"} {
 		var meta struct {
-			Kind     string `json:"kind"`
 			Metadata struct {
-				Name      string `json:"name"`
 				Namespace string `json:"namespace"`
 			} `json:"metadata"`
 		}
-		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+		doc, ok := docs[want]
+		if err := yaml.Unmarshal(doc, &meta); err != nil {
 			t.Fatal(err)
 		}
-		kinds[meta.Kind+"/"+meta.Metadata.Name] = meta.Metadata.Namespace
-		if meta.Kind == "DaemonSet" {
-			ds = &appsv1.DaemonSet{}
-			if err := yaml.UnmarshalStrict([]byte(doc), ds); err != nil {
-				t.Fatalf("rendered DaemonSet: %v", err)
-			}
+		if !ok || meta.Metadata.Namespace != "sriov-stable-cni" {
+			t.Errorf("rendered %s in namespace %q (present %v), want sriov-stable-cni", want, meta.Metadata.Namespace, ok)
 		}
-	}
-	for _, want := range []string{"Service/sriov-stable-monitor", "ServiceMonitor/sriov-stable-monitor"} {
-		if ns, ok := kinds[want]; !ok || ns != "sriov-stable-cni" {
-			t.Errorf("rendered %s in namespace %q (present %v), want sriov-stable-cni", want, ns, ok)
-		}
-	}
-	if ds == nil {
-		t.Fatal("no DaemonSet rendered")
 	}
 	images := map[string]string{}
 	for _, c := range ds.Spec.Template.Spec.Containers {
@@ -295,24 +286,5 @@ func TestDeployComponentsRender(t *testing.T) {
 	}
 	if images["monitor"] == "" || images["monitor"] != images["keep-installed"] {
 		t.Errorf("rendered containers %v: want the monitor on the installer's image", images)
-	}
-}
-
-// TestNoKubernetesClient keeps the agent independent of the API server: it
-// works from the node alone, so it imports no Kubernetes package (its tests
-// may, to decode the manifests).
-func TestNoKubernetesClient(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list -deps: %v\n%s", err, out)
-	}
-	deps := strings.Fields(string(out))
-	if !slices.Contains(deps, "github.com/prometheus/client_golang/prometheus") {
-		t.Fatalf("go list -deps does not list client_golang; cannot judge: %v", deps)
-	}
-	for _, dep := range deps {
-		if strings.HasPrefix(dep, "k8s.io/") || strings.HasPrefix(dep, "sigs.k8s.io/") || strings.HasPrefix(dep, "github.com/k8snetworkplumbingwg/") {
-			t.Errorf("the agent imports %s; it must work without the API server", dep)
-		}
 	}
 }

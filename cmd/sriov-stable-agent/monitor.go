@@ -60,6 +60,7 @@ func runMonitor(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	repair := fs.String("repair", "", "drift to put right: a comma-separated list of altname, name, host (default none)")
 	hostNetns := fs.String("host-netns", "", "the host's network namespace for --repair=host, e.g. /proc/1/ns/net (default: the agent's own)")
 	expect := addDoctorFlags(fs, "doctor: ")
+	kube := addKubeFlags(fs)
 	if code, ok := c.Parse(args); !ok {
 		return code
 	}
@@ -87,6 +88,11 @@ func runMonitor(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if *doctorInterval > 0 {
 		cfg.Doctor = &opts
 	}
+	stopKube, err := kube.start(ctx, &cfg, log)
+	if err != nil {
+		return c.Fail(cmdline.ExitUsage, "%v", err)
+	}
+	defer stopKube()
 	mon, err := monitor.New(cfg)
 	if err != nil {
 		return c.Fail(cmdline.ExitUsage, "%v", err)

@@ -10,8 +10,8 @@
 #
 #   integration/cluster/build.sh OUT_DIR [COMPONENT...]
 #
-# COMPONENT is one of project multus runc containerd etcd kubernetes (default:
-# all of them).
+# COMPONENT is one of project multus runc containerd etcd kubernetes kubectl
+# (default: all of them).
 # Environment: CLUSTER_CACHE (default /var/cache/sriov-stable-cluster).
 set -euo pipefail
 
@@ -40,6 +40,7 @@ check_pins() {
 		[ "$got" = "$want" ] || die "$dir selects $mod $got but versions.env pins $want (run integration/cluster/pin.sh)"
 	done <<EOF
 tools/kubernetes k8s.io/kubernetes $KUBERNETES
+tools/kubectl k8s.io/kubernetes $KUBERNETES
 tools/etcd go.etcd.io/etcd/server/v3 $ETCD
 tools/containerd github.com/containerd/containerd/v2 $CONTAINERD
 tools/runc github.com/opencontainers/runc $RUNC
@@ -48,11 +49,13 @@ tools/multus gopkg.in/k8snetworkplumbingwg/multus-cni.v4 $MULTUS
 EOF
 	# Every staging module of Kubernetes at its v0.<minor>.<patch> twin.
 	want="v0.${KUBERNETES#v1.}"
-	while read -r line; do
-		case $line in *" => "*) ;; *) continue ;; esac
-		got=${line##* }
-		[ "$got" = "$want" ] || die "tools/kubernetes replaces ${line%% *} with $got, not $want (run integration/cluster/pin.sh)"
-	done < <(cd "$ROOT/tools/kubernetes" && go mod edit -json | awk -F'"' '/"Old"/ { p = $8 } /"New"/ { getline; getline; print p " => " $4 }')
+	for dir in tools/kubernetes tools/kubectl; do
+		while read -r line; do
+			case $line in *" => "*) ;; *) continue ;; esac
+			got=${line##* }
+			[ "$got" = "$want" ] || die "$dir replaces ${line%% *} with $got, not $want (run integration/cluster/pin.sh)"
+		done < <(cd "$ROOT/$dir" && go mod edit -json | awk -F'"' '/"Old"/ { p = $8 } /"New"/ { getline; getline; print p " => " $4 }')
+	done
 }
 
 # cached NAME MODULE_DIR FLAGS... -- PACKAGES... builds PACKAGES in
@@ -83,19 +86,30 @@ cached() {
 	for f in "$dst"/*; do ln -sf "$f" "$OUT/"; done
 }
 
-build_kubernetes() {
-	local v=${KUBERNETES#v} pkg=k8s.io/kubernetes/cmd
+# kube_ldflags prints the link flags of the Kubernetes binaries: what
+# hack/lib/version.sh stamps, so the node and the servers report the
+# release (version skew checks read it).
+kube_ldflags() {
+	local v=${KUBERNETES#v} x=() p
 	local minor=${v#*.}
 	minor=${minor%%.*}
-	local x=() p
-	# What hack/lib/version.sh stamps, so the node and the servers report
-	# the release (version skew checks read it).
 	for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 		x+=("-X $p.gitVersion=$KUBERNETES" "-X $p.gitMajor=1" "-X $p.gitMinor=$minor" "-X $p.gitTreeState=clean"
 			"-X $p.buildDate=1970-01-01T00:00:00Z")
 	done
-	CGO_ENABLED=0 cached kubernetes-$KUBERNETES tools/kubernetes -ldflags "-s -w ${x[*]}" -- \
+	printf '%s' "-s -w ${x[*]}"
+}
+
+build_kubernetes() {
+	local pkg=k8s.io/kubernetes/cmd
+	CGO_ENABLED=0 cached kubernetes-$KUBERNETES tools/kubernetes -ldflags "$(kube_ldflags)" -- \
 		$pkg/kube-apiserver $pkg/kube-controller-manager $pkg/kube-scheduler $pkg/kubelet
+}
+
+# kubectl, from a module of its own (a change to it rebuilds nothing of
+# the control plane): the scenarios of issue 17 print what an operator sees.
+build_kubectl() {
+	CGO_ENABLED=0 cached kubectl-$KUBERNETES tools/kubectl -ldflags "$(kube_ldflags)" -- k8s.io/kubernetes/cmd/kubectl
 }
 
 build_etcd() {
@@ -138,11 +152,11 @@ main() {
 	shift
 	mkdir -p "$CACHE" "$OUT"
 	check_pins
-	[ $# -gt 0 ] || set -- project multus runc containerd etcd kubernetes
+	[ $# -gt 0 ] || set -- project multus runc containerd etcd kubernetes kubectl
 	for c in "$@"; do
 		case $c in
-		project | multus | runc | containerd | etcd | kubernetes) "build_$c" ;;
-		*) die "no component $c (project multus runc containerd etcd kubernetes)" ;;
+		project | multus | runc | containerd | etcd | kubernetes | kubectl) "build_$c" ;;
+		*) die "no component $c (project multus runc containerd etcd kubernetes kubectl)" ;;
 		esac
 	done
 }

@@ -125,7 +125,10 @@ func (c *cluster) installPlugins() error {
 		"cniVersion": "1.0.0", "name": "e2e-pods",
 		"plugins": []any{map[string]any{
 			"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
-			"ipam": map[string]any{"type": "host-local", "ranges": []any{[]any{map[string]any{"subnet": podSubnet}}}},
+			// A default route via the bridge: pods reach the node IP (the
+			// reporting monitor of issue 17 talks to the API server there).
+			"ipam": map[string]any{"type": "host-local", "ranges": []any{[]any{map[string]any{"subnet": podSubnet}}},
+				"routes": []any{map[string]any{"dst": "0.0.0.0/0"}}},
 		}},
 	}
 	multus := map[string]any{

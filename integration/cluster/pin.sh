@@ -2,7 +2,7 @@
 # Writes the tools modules of the cluster e2e from versions.env: after
 # changing a version there, run
 #   integration/cluster/pin.sh
-# and commit tools/{kubernetes,etcd,containerd,runc}/go.{mod,sum}. Each is
+# and commit tools/{kubernetes,kubectl,etcd,containerd,runc}/go.{mod,sum}. Each is
 # its own module so that no component drags another's (or the project's)
 # dependency versions. CNI plugins and Multus are pinned by the project's
 # go.mod and tools/multus; build.sh checks them against versions.env.
@@ -39,20 +39,36 @@ tools() {
 	(cd "$dir" && go get -tool "$@" && go mod tidy)
 }
 
-pin_kubernetes() {
-	local gomod staging=() m args=()
+# kubernetes_module DIR WHAT PACKAGE... writes tools/DIR: a module that
+# requires k8s.io/kubernetes with each of its staging modules replaced by
+# its v0 twin, and builds PACKAGEs of it.
+kubernetes_module() {
+	local dir=$1 what=$2 gomod staging=() m args=()
+	shift 2
 	gomod=$(go mod download -json "k8s.io/kubernetes@$KUBERNETES" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
 	[ -f "$gomod" ] || { echo "pin: cannot download k8s.io/kubernetes@$KUBERNETES" >&2; exit 1; }
 	mapfile -t staging < <(awk '$2 == "=>" && $3 ~ /^\.\/staging\// { print $1 }' "$gomod")
-	new_module kubernetes "kube-apiserver, kube-controller-manager, kube-scheduler and kubelet of
+	new_module "$dir" "$what of
 // Kubernetes $KUBERNETES, its ${#staging[@]} staging modules at their v0 twins"
 	for m in "${staging[@]}"; do args+=("-replace=$m=$m@v0.${KUBERNETES#v1.}"); done
-	(cd "$ROOT/tools/kubernetes" && go mod edit "-require=k8s.io/kubernetes@$KUBERNETES" "${args[@]}")
-	tools kubernetes k8s.io/kubernetes/cmd/{kube-apiserver,kube-controller-manager,kube-scheduler,kubelet}
+	(cd "$ROOT/tools/$dir" && go mod edit "-require=k8s.io/kubernetes@$KUBERNETES" "${args[@]}")
+	tools "$dir" "$@"
+}
+
+pin_kubernetes() {
+	kubernetes_module kubernetes "kube-apiserver, kube-controller-manager, kube-scheduler and kubelet" \
+		k8s.io/kubernetes/cmd/{kube-apiserver,kube-controller-manager,kube-scheduler,kubelet}
+}
+
+# kubectl gets a module of its own, so that adding it changed nothing of the
+# control plane's (whose build is cached by its go.mod and go.sum).
+pin_kubectl() {
+	kubernetes_module kubectl "kubectl (the e2e prints what an operator sees with it)" k8s.io/kubernetes/cmd/kubectl
 }
 
 main() {
 	pin_kubernetes
+	pin_kubectl
 	new_module etcd "etcd $ETCD"
 	tools etcd "go.etcd.io/etcd/server/v3@$ETCD"
 	new_module containerd "containerd, ctr and containerd-shim-runc-v2 $CONTAINERD"

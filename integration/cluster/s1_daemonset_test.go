@@ -63,8 +63,9 @@ spec:
 
 // renderDaemonSet renders deploy/daemonset (with its monitor component) as
 // `kubectl apply -k` would, through an overlay that sets the image tag to
-// version and adds fixtureSysfsPatch.
-func renderDaemonSet(version string) ([]*unstructured.Unstructured, error) {
+// version and adds fixtureSysfsPatch, and the components of deploy/ named
+// (issue 17's reporting: "../kube-reporting").
+func renderDaemonSet(version string, components ...string) ([]*unstructured.Unstructured, error) {
 	dir := filepath.Join(*workDir, "deploy")
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, err
@@ -87,6 +88,9 @@ images:
 patches:
   - path: fixture-sysfs.yaml
 `, *imageName, version)
+	if len(components) > 0 {
+		kustomization += "components:\n  - " + strings.Join(components, "\n  - ") + "\n"
+	}
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
 		return nil, err
 	}
@@ -142,11 +146,17 @@ func (c *cluster) deployDaemonSet(ctx context.Context, version string, timeout t
 	if err != nil {
 		return nil, err
 	}
+	return c.applyDaemonSet(ctx, objs, version, timeout)
+}
+
+// applyDaemonSet applies rendered objects and waits until the DaemonSet's
+// pod on the node runs the image of version and is Ready.
+func (c *cluster) applyDaemonSet(ctx context.Context, objs []*unstructured.Unstructured, version string, timeout time.Duration) (*corev1.Pod, error) {
 	if err := c.apply(ctx, objs); err != nil {
 		return nil, err
 	}
 	var pod *corev1.Pod
-	err = waitFor(timeout, 250*time.Millisecond, "DaemonSet "+version+" rolled out", func() (bool, error) {
+	err := waitFor(timeout, 250*time.Millisecond, "DaemonSet "+version+" rolled out", func() (bool, error) {
 		ds, err := c.client.AppsV1().DaemonSets(daemonSetNamespace).Get(ctx, daemonSetName, metav1.GetOptions{})
 		if err != nil {
 			return false, err

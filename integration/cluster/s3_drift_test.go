@@ -16,13 +16,6 @@ import (
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/promtext"
 )
 
-// metricsHavePodLabels says whether the monitor's drift metrics carry the
-// pod's name and namespace. They do not yet: that is issue 17's first item
-// (#11). Until then the drift is tied to the pod by the container ID the
-// monitor logs; set this to true when it lands and the scenario also
-// asserts the labels.
-const metricsHavePodLabels = false
-
 // record is the part of the plugin's attachment record the tests read.
 type record struct {
 	Network     string `json:"network"`
@@ -74,9 +67,9 @@ func monitorInterval(t *testing.T, ds *corev1.Pod) time.Duration {
 }
 
 // TestS3DriftAndDelete: net1 renamed inside a running pod shows in the
-// monitor's metrics within one interval (and in its log with the
-// attachment's container ID); deleting the pods brings every VF back to the
-// node under its host name and leaves no record.
+// monitor's metrics within one interval, with the pod's namespace and name
+// (and in its log with the attachment's container ID); deleting the pods
+// brings every VF back to the node under its host name and leaves no record.
 func TestS3DriftAndDelete(t *testing.T) {
 	c := mustCluster(t)
 	c.ensureEightPods(t)
@@ -121,12 +114,11 @@ func TestS3DriftAndDelete(t *testing.T) {
 	if !logHas(log, "drift detected", "containerID="+rec.ContainerID, "reason=renamed") {
 		t.Errorf("the monitor's log has no drift line for container %s:\n%s", rec.ContainerID, lastLines(log, 20))
 	}
-	if metricsHavePodLabels {
-		withPod := promtext.Series("sriov_stable_attachment_drift", "network", nadVF, "reason", "renamed",
-			"namespace", pod.Namespace, "pod", pod.Name)
-		if !m.Is(withPod, 1) {
-			t.Errorf("no %s:\n%s", withPod, m.Dump("sriov_stable_attachment"))
-		}
+	// The attachment's own series names the pod (issue 17).
+	withPod := promtext.Series("sriov_stable_attachment_drift_reasons", "network", nadVF, "reason", "renamed",
+		"namespace", pod.Namespace, "pod", pod.Name, "container_id", rec.ContainerID, "ifname", "net1", "pci", pci)
+	if !m.Is(withPod, 1) {
+		t.Errorf("no %s:\n%s", withPod, m.Dump("sriov_stable_attachment"))
 	}
 
 	start := time.Now()

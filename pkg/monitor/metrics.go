@@ -102,6 +102,7 @@ func (x *metrics) Describe(ch chan<- *prometheus.Desc) {
 		x.doctorUp, x.doctorLastRun, x.doctorFindings, x.doctorFinding, x.buildInfo} {
 		ch <- d
 	}
+	attachmentSeries.describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -129,6 +130,7 @@ func (x *metrics) Collect(ch chan<- prometheus.Metric) {
 			byReason[net][r]++
 		}
 	}
+	attachmentSeries.collect(ch, m.atts)
 	for net, counts := range byStatus {
 		for _, s := range Statuses {
 			gauge(x.attachments, float64(counts[s]), net, string(s))

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/kubereport"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/monitor"
+)
+
+// kubeFlags are the monitor's flags for telling Kubernetes (pod events, the
+// node condition and taint, device taint rules). Without --kubeconfig or
+// --in-cluster the monitor never talks to the API server.
+type kubeFlags struct {
+	kubeconfig   *string
+	inCluster    *bool
+	nodeName     *string
+	taintOnError *bool
+}
+
+func addKubeFlags(fs *flag.FlagSet) *kubeFlags {
+	return &kubeFlags{
+		kubeconfig: fs.String("kubeconfig", "", "tell Kubernetes, with the credentials of this kubeconfig: pod events, node condition "+
+			string(kubereport.ConditionType)+", per-VF DeviceTaintRules (docs/monitor.md, \"Telling Kubernetes\")"),
+		inCluster:    fs.Bool("in-cluster", false, "tell Kubernetes, with the pod's service account (deploy/kube-reporting)"),
+		nodeName:     fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name in Kubernetes (default $NODE_NAME, from the downward API)"),
+		taintOnError: fs.Bool("taint-on-error", false, "taint the node "+kubereport.TaintKey+":NoSchedule while the doctor reports an error"),
+	}
+}
+
+// restConfig is the client configuration the flags ask for; nil when they
+// ask for none.
+func (f *kubeFlags) restConfig() (*rest.Config, error) {
+	switch {
+	case *f.kubeconfig != "" && *f.inCluster:
+		return nil, errors.New("--kubeconfig and --in-cluster exclude each other")
+	case *f.kubeconfig != "":
+		cfg, err := clientcmd.BuildConfigFromFlags("", *f.kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("--kubeconfig: %w", err)
+		}
+		return cfg, nil
+	case *f.inCluster:
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("--in-cluster: %w (deploy/kube-reporting mounts the service account token)", err)
+		}
+		return cfg, nil
+	case *f.taintOnError:
+		return nil, errors.New("--taint-on-error needs --kubeconfig or --in-cluster")
+	}
+	return nil, nil
+}
+
+// start starts the Kubernetes reporter when the flags ask for one and adds
+// it to the monitor's notifiers; the returned stop (never nil) ends it once
+// the monitor has stopped.
+func (f *kubeFlags) start(ctx context.Context, cfg *monitor.Config, log *slog.Logger) (stop func(), err error) {
+	rc, err := f.restConfig()
+	if err != nil || rc == nil {
+		return func() {}, err
+	}
+	if *f.nodeName == "" {
+		return func() {}, errors.New("telling Kubernetes needs the node's name: --node-name, or NODE_NAME from the downward API's spec.nodeName")
+	}
+	if cfg.Doctor == nil {
+		log.Warn("the doctor is off (--doctor-interval=0): no node condition, node taint or device taints, only pod events")
+	}
+	// client-go logs through klog: into the agent's log instead.
+	klog.SetSlogLogger(log)
+	client, err := kubernetes.NewForConfig(rest.AddUserAgent(rc, kubereport.Component))
+	if err != nil {
+		return func() {}, fmt.Errorf("kubernetes client: %w", err)
+	}
+	rep, err := kubereport.Start(ctx, kubereport.Config{Client: client, NodeName: *f.nodeName, TaintOnError: *f.taintOnError,
+		SysfsRoot: cfg.SysfsRoot, Logger: log})
+	if err != nil {
+		return func() {}, err
+	}
+	cfg.Notifiers = append(cfg.Notifiers, rep)
+	return rep.Stop, nil
+}

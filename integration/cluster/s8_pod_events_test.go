@@ -1,0 +1,139 @@
+//go:build clustere2e
+
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/integration/promtext"
+)
+
+// flaps is how many times scenario 8 renames the VF away and back.
+const flaps = 4
+
+// TestS8PodEvents: with deploy/kube-reporting, a VF renamed inside a running
+// pod shows as a Warning VFDrift event on that pod (what kubectl describe pod
+// shows), naming the VF's PCI address and the reason, and its recovery as a
+// Normal VFDriftRecovered; a port flapping between the two gives two events
+// whose counts grow, not one event per flap. The monitor's per-attachment
+// series carry the pod's namespace and name.
+func TestS8PodEvents(t *testing.T) {
+	c := mustCluster(t)
+	c.ensureNADs(t)
+	ds := c.ensureReporting(t, componentReporting)
+	ctx := context.Background()
+	const name = "drift-events"
+	if _, err := c.createPod(ctx, podSpec(name, nadVF, resourceVF)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.deletePods(ctx, 60*time.Second, name); err != nil {
+			t.Error(err)
+		}
+	})
+	pod, err := c.waitRunning(ctx, name, 90*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alloc, err := allocations(ctx, resourceVF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pci := alloc[name][0]
+	netns, err := c.podNetns(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := recordOf(t, pci)
+	info := promtext.Series("sriov_stable_attachment_info", "network", nadVF, "namespace", testNamespace, "pod", name,
+		"container_id", rec.ContainerID, "ifname", "net1", "pci", pci, "node_guid", c.node.vfByPCI(pci).NodeGUID, "status", "ok")
+	err = waitFor(3*reportInterval+10*time.Second, 500*time.Millisecond, "the attachment's series with its pod", func() (bool, error) {
+		m, err := scrape(ds)
+		if err == nil && !m.Is(info, 1) {
+			err = fmt.Errorf("no %s:\n%s", info, m.Dump("sriov_stable_attachment_info"))
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var drifted, recovered corev1.Event
+	var first time.Duration
+	for i := 1; i <= flaps; i++ {
+		start := time.Now()
+		if err := renameIn(netns, "net1", "drift0"); err != nil {
+			t.Fatal(err)
+		}
+		if drifted, err = c.waitEventCount(ctx, name, "VFDrift", int32(i)); err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 {
+			first = time.Since(start)
+		}
+		// A monitor that repairs renames may have put it back already.
+		if l, _ := linkIn(netns, "drift0"); l != nil {
+			if err := renameIn(netns, "drift0", "net1"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if recovered, err = c.waitEventCount(ctx, name, "VFDriftRecovered", int32(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	figf("8 pod events", "net1 renamed to VFDrift event on the pod", "%.1f s (sweep every %v)", first.Seconds(), reportInterval)
+	figf("8 pod events", "events after flapping", "%d renames: VFDrift count %d, VFDriftRecovered count %d", flaps, drifted.Count, recovered.Count)
+
+	for _, want := range []string{"VF " + pci, "(net1, network " + nadVF + ")", "renamed: VF " + pci + " is named drift0, expected net1"} {
+		if !strings.Contains(drifted.Message, want) {
+			t.Errorf("the VFDrift event does not say %q: %s", want, drifted.Message)
+		}
+	}
+	if drifted.Type != corev1.EventTypeWarning || recovered.Type != corev1.EventTypeNormal ||
+		!strings.Contains(recovered.Message, "VF "+pci) || !strings.Contains(recovered.Message, "recovered from: renamed") {
+		t.Errorf("events: %s %s: %s; %s %s: %s", drifted.Type, drifted.Reason, drifted.Message, recovered.Type, recovered.Reason, recovered.Message)
+	}
+	for _, e := range []corev1.Event{drifted, recovered} {
+		if e.InvolvedObject.UID != pod.UID || e.Source.Component != "sriov-stable-agent" || e.Source.Host != nodeName {
+			t.Errorf("event %s is about %+v from %+v, want pod UID %s from sriov-stable-agent on %s", e.Reason, e.InvolvedObject, e.Source, pod.UID, nodeName)
+		}
+	}
+	// kubectl describe pod shows the events of the pod's UID.
+	out := c.showKubectl(t, "describe", "pod", "-n", testNamespace, name)
+	if !strings.Contains(out, "VFDrift") || !strings.Contains(out, pci) {
+		t.Errorf("kubectl describe pod does not show the VFDrift event naming %s", pci)
+	}
+	c.showKubectl(t, "get", "events", "-n", testNamespace, "--field-selector", "involvedObject.name="+name+",source=sriov-stable-agent")
+	agentLogClean(t, ds)
+}
+
+// waitEventCount waits until the pod has exactly one event of a reason and
+// its count is n (the correlator folds repeats into one event), and
+// returns it.
+func (c *cluster) waitEventCount(ctx context.Context, pod, reason string, n int32) (corev1.Event, error) {
+	var last corev1.Event
+	err := waitFor(3*reportInterval+15*time.Second, 250*time.Millisecond, fmt.Sprintf("%s event with count %d", reason, n), func() (bool, error) {
+		evs, err := c.eventsOf(ctx, "Pod", pod, reason)
+		if err != nil {
+			return false, err
+		}
+		if len(evs) > 1 {
+			return false, fatalErr{fmt.Errorf("%d %s events on pod %s, want one with a count: %+v", len(evs), reason, pod, evs)}
+		}
+		if len(evs) == 0 {
+			return false, fmt.Errorf("no %s event yet", reason)
+		}
+		last = evs[0]
+		if last.Count > n {
+			return false, fatalErr{fmt.Errorf("%s count %d, want %d", reason, last.Count, n)}
+		}
+		return last.Count == n, fmt.Errorf("%s count %d", reason, last.Count)
+	})
+	return last, err
+}

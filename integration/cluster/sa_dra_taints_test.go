@@ -1,0 +1,295 @@
+//go:build clustere2e
+
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
+)
+
+// The DRA driver the scenario publishes devices as: dra-driver-sriov's name
+// and attributes (its own pciAddress and the standard pciBusID).
+const (
+	draDriver      = "sriovnetwork.k8snetworkplumbingwg.io"
+	draDeviceClass = "sriov-e2e-vf"
+	draSlice       = "sriov-e2e-node-vfs"
+)
+
+// TestS10DRATaints: a ResourceSlice published as a DRA driver would, with
+// two VFs of the node, the first with a zero GUID. The agent keeps a
+// DeviceTaintRule on the broken one, so kube-scheduler allocates the healthy
+// one to a pod's ResourceClaim. With both broken (the second's port down)
+// a new claim's pod stays Pending; the node's events name the taints. Once
+// the port is up again the agent removes its rule and the scheduler
+// allocates that VF. Everything is deleted afterwards, and the agent removes
+// its rules for devices no longer published.
+func TestS10DRATaints(t *testing.T) {
+	c := mustCluster(t)
+	ds := c.ensureReporting(t, componentReporting)
+	ctx := context.Background()
+	res := c.client.ResourceV1()
+	broken, healthy := c.node.zeroGUID, c.node.vfs[len(c.node.vfs)-2]
+	if err := c.publishVFs(ctx, broken, healthy); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.node.setPortDown(healthy, false)
+		_ = c.deletePods(ctx, 60*time.Second, "dra-1", "dra-2")
+		for _, claim := range []string{"vf-1", "vf-2"} {
+			_ = res.ResourceClaims(testNamespace).Delete(ctx, claim, metav1.DeleteOptions{})
+		}
+		_ = res.ResourceSlices().Delete(ctx, draSlice, metav1.DeleteOptions{})
+		_ = res.DeviceClasses().Delete(ctx, draDeviceClass, metav1.DeleteOptions{})
+	})
+	start := time.Now()
+	if _, err := c.waitDeviceTaints(ctx, map[string]string{deviceName(broken.PCI): "sriov-stable-cni.io/guid=invalid"}); err != nil {
+		t.Fatal(err)
+	}
+	figf("10 DRA", "slice published to DeviceTaintRule on the zero-GUID VF", "%.1f s (doctor every %v)", time.Since(start).Seconds(), reportInterval)
+	c.showKubectl(t, "get", "devicetaintrules", "-o", "custom-columns=NAME:.metadata.name,DEVICE:.spec.deviceSelector.device,"+
+		"KEY:.spec.taint.key,VALUE:.spec.taint.value,EFFECT:.spec.taint.effect,PCI:.metadata.annotations.sriov-stable-cni\\.io/pci")
+
+	// The healthy VF, though listed second, is the one allocated.
+	start = time.Now()
+	got, err := c.claimPod(ctx, "dra-1", "vf-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	figf("10 DRA", "claim created to allocated", "%.1f s", time.Since(start).Seconds())
+	if got != deviceName(healthy.PCI) {
+		t.Errorf("the scheduler allocated %s, want the healthy VF %s (not %s, whose GUID is zero)", got, deviceName(healthy.PCI), deviceName(broken.PCI))
+	}
+	if err := c.deletePods(ctx, 60*time.Second, "dra-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.deleteClaim(ctx, "vf-1"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Both broken: the second VF's port goes down.
+	c.node.setPortDown(healthy, true)
+	if _, err := c.waitDeviceTaints(ctx, map[string]string{deviceName(broken.PCI): "sriov-stable-cni.io/guid=invalid",
+		deviceName(healthy.PCI): "sriov-stable-cni.io/port-state=not-active"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.createClaimPod(ctx, "dra-2", "vf-2"); err != nil {
+		t.Fatal(err)
+	}
+	var sched corev1.Event
+	err = waitFor(60*time.Second, 250*time.Millisecond, "FailedScheduling of dra-2", func() (bool, error) {
+		for _, e := range c.podEvents(ctx, "dra-2", corev1.EventTypeWarning) {
+			if e.Reason == "FailedScheduling" {
+				sched = e
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("events: %s", c.podTrouble("dra-2"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kube-scheduler on dra-2: %s: %s", sched.Reason, sched.Message)
+	time.Sleep(2 * reportInterval)
+	if claim, err := res.ResourceClaims(testNamespace).Get(ctx, "vf-2", metav1.GetOptions{}); err != nil || claim.Status.Allocation != nil {
+		t.Errorf("with both VFs tainted the claim is allocated (%v): %+v", err, claim.Status.Allocation)
+	}
+	if p, err := c.client.CoreV1().Pods(testNamespace).Get(ctx, "dra-2", metav1.GetOptions{}); err != nil ||
+		p.Status.Phase != corev1.PodPending || p.Spec.NodeName != "" {
+		t.Errorf("with both VFs tainted pod dra-2 is %v on %q (%v)", p.Status.Phase, p.Spec.NodeName, err)
+	}
+	// Why: the agent's events on the node name each VF's taint.
+	for pci, key := range map[string]string{broken.PCI: "sriov-stable-cni.io/guid=invalid:NoSchedule",
+		healthy.PCI: "sriov-stable-cni.io/port-state=not-active:NoSchedule"} {
+		evs, err := c.eventsOf(ctx, "Node", nodeName, "VFDeviceTainted")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !hasEvent(evs, "VF "+pci, key) {
+			t.Errorf("no VFDeviceTainted event on the node names VF %s and %s: %+v", pci, key, evs)
+		}
+	}
+	c.showKubectl(t, "describe", "pod", "-n", testNamespace, "dra-2")
+	c.showKubectl(t, "get", "events", "-n", "default", "--field-selector", "involvedObject.kind=Node,source=sriov-stable-agent")
+
+	// The port comes up: the rule goes and the pod gets that VF.
+	start = time.Now()
+	c.node.setPortDown(healthy, false)
+	if _, err := c.waitDeviceTaints(ctx, map[string]string{deviceName(broken.PCI): "sriov-stable-cni.io/guid=invalid"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = c.waitAllocated(ctx, "vf-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	figf("10 DRA", "port up to the pending claim allocated", "%.1f s", time.Since(start).Seconds())
+	if got != deviceName(healthy.PCI) {
+		t.Errorf("allocated %s once the port is up, want %s", got, deviceName(healthy.PCI))
+	}
+
+	// Nothing published, nothing tainted.
+	if err := c.deletePods(ctx, 60*time.Second, "dra-2"); err != nil {
+		t.Fatal(err)
+	}
+	for _, del := range []func() error{
+		func() error { return c.deleteClaim(ctx, "vf-2") },
+		func() error { return res.ResourceSlices().Delete(ctx, draSlice, metav1.DeleteOptions{}) },
+		func() error { return res.DeviceClasses().Delete(ctx, draDeviceClass, metav1.DeleteOptions{}) },
+	} {
+		if err := del(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.waitDeviceTaints(ctx, map[string]string{}); err != nil {
+		t.Error(err)
+	}
+	agentLogClean(t, ds)
+}
+
+// deviceName is a VF's device name in the slice, as dra-driver-sriov
+// names them: its PCI address with dashes.
+func deviceName(pci string) string { return strings.NewReplacer(":", "-", ".", "-").Replace(pci) }
+
+// publishVFs creates the DeviceClass of the driver and the node's
+// ResourceSlice with the VFs, in that order.
+func (c *cluster) publishVFs(ctx context.Context, vfs ...sysfstest.DGXVF) error {
+	res := c.client.ResourceV1()
+	class := &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: draDeviceClass},
+		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{
+			CEL: &resourcev1.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", draDriver)}}}}}
+	if _, err := res.DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	node := nodeName
+	slice := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: draSlice},
+		Spec: resourcev1.ResourceSliceSpec{Driver: draDriver, NodeName: &node,
+			Pool: resourcev1.ResourcePool{Name: nodeName, Generation: 1, ResourceSliceCount: 1}}}
+	for _, vf := range vfs {
+		pci := vf.PCI
+		slice.Spec.Devices = append(slice.Spec.Devices, resourcev1.Device{Name: deviceName(pci),
+			Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+				draDriver + "/pciAddress":         {StringValue: &pci},
+				"resource.kubernetes.io/pciBusID": {StringValue: &pci},
+			}})
+	}
+	_, err := res.ResourceSlices().Create(ctx, slice, metav1.CreateOptions{})
+	return err
+}
+
+// waitDeviceTaints waits until the agent's DeviceTaintRules of the node
+// taint exactly the devices given (device → key=value), with effect
+// NoSchedule, and returns them.
+func (c *cluster) waitDeviceTaints(ctx context.Context, want map[string]string) ([]resourcev1.DeviceTaintRule, error) {
+	sel := labels.Set{"app.kubernetes.io/managed-by": "sriov-stable-agent", "sriov-stable-cni.io/node": nodeName}.String()
+	var rules []resourcev1.DeviceTaintRule
+	err := waitFor(3*reportInterval+20*time.Second, 250*time.Millisecond, fmt.Sprintf("DeviceTaintRules %v", want), func() (bool, error) {
+		list, err := c.client.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			return false, err
+		}
+		rules = list.Items
+		got := map[string]string{}
+		for _, r := range rules {
+			s := r.Spec.DeviceSelector
+			if s == nil || s.Device == nil || s.Driver == nil || *s.Driver != draDriver || s.Pool == nil || *s.Pool != nodeName ||
+				r.Spec.Taint.Effect != resourcev1.DeviceTaintEffectNoSchedule {
+				return false, fmt.Errorf("rule %s: %+v", r.Name, r.Spec)
+			}
+			got[*s.Device] = r.Spec.Taint.Key + "=" + r.Spec.Taint.Value
+		}
+		if len(got) != len(want) {
+			return false, fmt.Errorf("rules taint %v", got)
+		}
+		for d, t := range want {
+			if got[d] != t {
+				return false, fmt.Errorf("rules taint %v", got)
+			}
+		}
+		return true, nil
+	})
+	return rules, err
+}
+
+// createClaimPod creates a ResourceClaim for one VF of the class and a pod
+// using it.
+func (c *cluster) createClaimPod(ctx context.Context, pod, claim string) error {
+	rc := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: testNamespace},
+		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
+			Name: "vf", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: draDeviceClass,
+				AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1}}}}}}
+	if _, err := c.client.ResourceV1().ResourceClaims(testNamespace).Create(ctx, rc, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	p := podSpec(pod, "", "")
+	p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "vf", ResourceClaimName: &claim}}
+	p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "vf"}}
+	_, err := c.createPod(ctx, p)
+	return err
+}
+
+// claimPod creates a claim and its pod and returns the device the
+// scheduler allocated.
+func (c *cluster) claimPod(ctx context.Context, pod, claim string) (string, error) {
+	if err := c.createClaimPod(ctx, pod, claim); err != nil {
+		return "", err
+	}
+	return c.waitAllocated(ctx, claim)
+}
+
+// waitAllocated waits until kube-scheduler has allocated the claim and
+// returns its device.
+func (c *cluster) waitAllocated(ctx context.Context, claim string) (string, error) {
+	var device string
+	err := waitFor(60*time.Second, 250*time.Millisecond, "claim "+claim+" allocated", func() (bool, error) {
+		rc, err := c.client.ResourceV1().ResourceClaims(testNamespace).Get(ctx, claim, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		a := rc.Status.Allocation
+		if a == nil || len(a.Devices.Results) != 1 {
+			return false, fmt.Errorf("not allocated: %+v", rc.Status)
+		}
+		device = a.Devices.Results[0].Device
+		return true, nil
+	})
+	return device, err
+}
+
+// deleteClaim deletes a claim and waits until it is gone (the resource
+// claim controller releases it once no pod uses it).
+func (c *cluster) deleteClaim(ctx context.Context, claim string) error {
+	claims := c.client.ResourceV1().ResourceClaims(testNamespace)
+	if err := claims.Delete(ctx, claim, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return waitFor(60*time.Second, 250*time.Millisecond, "claim "+claim+" deleted", func() (bool, error) {
+		_, err := claims.Get(ctx, claim, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+}
+
+func hasEvent(evs []corev1.Event, parts ...string) bool {
+	for _, e := range evs {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(e.Message, p)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,324 @@
+package kubereport
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
+)
+
+// pciBusIDAttribute is the standard device attribute (KEP-5316, also
+// k8s.io/dynamic-resource-allocation/deviceattribute) holding a device's PCI
+// address in extended BDF notation, 0000:18:00.2.
+const pciBusIDAttribute resourcev1.QualifiedName = "resource.kubernetes.io/pciBusID"
+
+// pciAddressAttribute is the driver-domain attribute dra-driver-sriov
+// publishes (sriovnetwork.k8snetworkplumbingwg.io/pciAddress); any driver's
+// <driver>/pciAddress is read the same way.
+const pciAddressAttribute = "pciAddress"
+
+// Device taint keys, one per kind of VF health the doctor judges.
+const (
+	DeviceTaintGUID      = Domain + "/guid"       // node or port GUID zero, all-F or duplicated
+	DeviceTaintPortState = Domain + "/port-state" // the VF's (or its PF's) port not ACTIVE/LinkUp
+	DeviceTaintLinkLayer = Domain + "/link-layer" // the port runs the other link layer
+)
+
+// deviceTaints maps the doctor checks that make a VF unusable to a device
+// taint (key and value), and says whether a PF's finding makes each of its
+// VFs unusable too (a port's state and link layer are the PF's; GUIDs are
+// each function's own).
+var deviceTaints = map[string]struct {
+	key, value string
+	pfCovers   bool
+}{
+	doctor.CheckGUIDInvalid:   {DeviceTaintGUID, "invalid", false},
+	doctor.CheckGUIDDuplicate: {DeviceTaintGUID, "duplicate", false},
+	doctor.CheckPortState:     {DeviceTaintPortState, "not-active", true},
+	doctor.CheckLinkLayer:     {DeviceTaintLinkLayer, "mismatch", true},
+}
+
+// Labels and annotations on the DeviceTaintRules the agent owns.
+const (
+	labelManagedBy   = "app.kubernetes.io/managed-by"
+	labelNode        = Domain + "/node"
+	annotationPCI    = Domain + "/pci"
+	annotationReason = Domain + "/finding"
+)
+
+// ReasonDeviceTainted and ReasonDeviceUntainted are the reasons of the
+// events on the node when a VF's device taint rule is created or removed.
+const (
+	ReasonDeviceTainted   = "VFDeviceTainted"
+	ReasonDeviceUntainted = "VFDeviceUntainted"
+)
+
+// problem is one reason a VF must not be allocated.
+type problem struct {
+	value   string // the taint's value
+	message string // the doctor's message
+}
+
+// vfProblems maps each PCI address to its problems by device taint key: a
+// VF's own findings, and its PF's port findings. expand lists a PF's VFs
+// (sysfs virtfnN links).
+func vfProblems(rep *doctor.Report, expand func(pf string) []string) map[string]map[string]problem {
+	out := map[string]map[string]problem{}
+	add := func(pci, key string, p problem) {
+		if out[pci] == nil {
+			out[pci] = map[string]problem{}
+		}
+		if _, ok := out[pci][key]; !ok { // the first (the doctor's order) stays
+			out[pci][key] = p
+		}
+	}
+	for _, f := range rep.Findings {
+		k, ok := deviceTaints[f.Check]
+		if !ok || f.Severity != doctor.SeverityError {
+			continue
+		}
+		add(f.Subject, k.key, problem{value: k.value, message: f.Message})
+		if k.pfCovers {
+			for _, vf := range expand(f.Subject) {
+				add(vf, k.key, problem{value: k.value, message: "PF " + f.Subject + ": " + f.Message})
+			}
+		}
+	}
+	return out
+}
+
+// device is one device of a ResourceSlice that names a PCI function.
+type device struct {
+	driver, pool, name, pci string
+}
+
+// pciDevices lists the devices of the slices whose attributes give a PCI
+// address: the standard resource.kubernetes.io/pciBusID, or the driver's own
+// pciAddress (qualified with the driver's name or not).
+func pciDevices(slices []resourcev1.ResourceSlice) []device {
+	var out []device
+	for _, s := range slices {
+		driver := s.Spec.Driver
+		for _, d := range s.Spec.Devices {
+			for _, name := range []resourcev1.QualifiedName{pciBusIDAttribute,
+				resourcev1.QualifiedName(driver + "/" + pciAddressAttribute), pciAddressAttribute} {
+				a, ok := d.Attributes[name]
+				if ok && a.StringValue != nil {
+					out = append(out, device{driver: driver, pool: s.Spec.Pool.Name, name: d.Name, pci: normalPCI(*a.StringValue)})
+					break
+				}
+			}
+		}
+	}
+	return out
+}
+
+// normalPCI writes a PCI address as sysfs names it: lower case, with the
+// domain (0000:) when the attribute left it out.
+func normalPCI(s string) string {
+	s = strings.ToLower(strings.TrimSpace(s))
+	if strings.Count(s, ":") == 1 {
+		s = "0000:" + s
+	}
+	return s
+}
+
+// desiredRules is the DeviceTaintRule each problem of each device needs,
+// by name.
+func desiredRules(node, nodeUID string, devs []device, problems map[string]map[string]problem) map[string]*resourcev1.DeviceTaintRule {
+	out := map[string]*resourcev1.DeviceTaintRule{}
+	for _, d := range devs {
+		for key, p := range problems[d.pci] {
+			rule := &resourcev1.DeviceTaintRule{
+				ObjectMeta: metav1.ObjectMeta{
+					Name:        ruleName(node, d, key),
+					Labels:      map[string]string{labelManagedBy: Component, labelNode: labelValue(node)},
+					Annotations: map[string]string{annotationPCI: d.pci, annotationReason: p.message},
+				},
+				Spec: resourcev1.DeviceTaintRuleSpec{
+					DeviceSelector: &resourcev1.DeviceTaintSelector{Driver: &d.driver, Pool: &d.pool, Device: &d.name},
+					Taint:          resourcev1.DeviceTaint{Key: key, Value: p.value, Effect: resourcev1.DeviceTaintEffectNoSchedule},
+				},
+			}
+			if nodeUID != "" {
+				// Deleted with the node by the garbage collector.
+				rule.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node, UID: types.UID(nodeUID)}}
+			}
+			out[rule.Name] = rule
+		}
+	}
+	return out
+}
+
+// ruleName names a device's rule for one key: readable, unique per driver,
+// pool, device and key (a short hash of them ends it), a DNS subdomain.
+func ruleName(node string, d device, key string) string {
+	sum := sha256.Sum256([]byte(strings.Join([]string{node, d.driver, d.pool, d.name, key}, "\x00")))
+	hash := hex.EncodeToString(sum[:4])
+	name := strings.ToLower(strings.Join([]string{"sriov-stable", node, d.name, strings.TrimPrefix(key, Domain+"/"), hash}, "-"))
+	if len(validation.IsDNS1123Subdomain(name)) > 0 {
+		return "sriov-stable-" + hex.EncodeToString(sum[:16])
+	}
+	return name
+}
+
+// labelValue is a node name as a label value: itself when it is one (node
+// names may be longer than 63 characters), a hash otherwise.
+func labelValue(s string) string {
+	if len(validation.IsValidLabelValue(s)) == 0 {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:16])
+}
+
+// syncDevices keeps one DeviceTaintRule per problem of each VF this node's
+// ResourceSlices publish, and none for healthy VFs. Without DRA (no
+// ResourceSlice of the node, or the API not served) there is nothing to do.
+func (r *Reporter) syncDevices(ctx context.Context, rep *doctor.Report) error {
+	res := r.cfg.Client.ResourceV1()
+	sel := fields.OneTermEqualSelector("spec.nodeName", r.cfg.NodeName).String()
+	sl, err := res.ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel})
+	if r.unserved("resourceslices", err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list the ResourceSlices of node %s: %w", r.cfg.NodeName, err)
+	}
+	own := labels.SelectorFromSet(labels.Set{labelManagedBy: Component, labelNode: labelValue(r.cfg.NodeName)}).String()
+	existing, err := res.DeviceTaintRules().List(ctx, metav1.ListOptions{LabelSelector: own})
+	if r.unserved("devicetaintrules", err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list the DeviceTaintRules of node %s: %w", r.cfg.NodeName, err)
+	}
+	if r.nodeUID == "" && len(sl.Items) > 0 {
+		if n, err := r.cfg.Client.CoreV1().Nodes().Get(ctx, r.cfg.NodeName, metav1.GetOptions{}); err == nil {
+			r.nodeUID = string(n.UID)
+		}
+	}
+	want := desiredRules(r.cfg.NodeName, r.nodeUID, pciDevices(sl.Items), vfProblems(rep, r.vfsOf))
+	var errs []error
+	have := map[string]bool{}
+	for i := range existing.Items {
+		cur := &existing.Items[i]
+		have[cur.Name] = true
+		w, keep := want[cur.Name]
+		switch {
+		case !keep:
+			errs = append(errs, r.deleteRule(ctx, cur))
+		case !sameRule(cur, w):
+			w.ResourceVersion = cur.ResourceVersion
+			if _, err := res.DeviceTaintRules().Update(ctx, w, metav1.UpdateOptions{FieldManager: Component}); err != nil {
+				errs = append(errs, fmt.Errorf("update DeviceTaintRule %s: %w", w.Name, err))
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		if !have[name] {
+			errs = append(errs, r.createRule(ctx, want[name]))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unserved reports (and logs once) that the API server does not serve a
+// DRA resource, as err says: a cluster without DRA or without device taints
+// (before Kubernetes 1.37 DeviceTaintRule is not in resource.k8s.io/v1).
+func (r *Reporter) unserved(resource string, err error) bool {
+	if !apierrors.IsNotFound(err) {
+		if err == nil && r.notServed[resource] {
+			delete(r.notServed, resource)
+			r.log.Info("the API server serves "+resource+" (resource.k8s.io/v1) now", "node", r.cfg.NodeName)
+		}
+		return false
+	}
+	if !r.notServed[resource] {
+		r.notServed[resource] = true
+		r.log.Info("the API server does not serve "+resource+" (resource.k8s.io/v1): no per-VF device taints",
+			"node", r.cfg.NodeName)
+	}
+	return true
+}
+
+func (r *Reporter) vfsOf(pf string) []string {
+	vfs, err := r.sys.VFs(pf)
+	if err != nil {
+		return nil
+	}
+	return slices.Collect(maps.Values(vfs))
+}
+
+// sameRule reports whether an existing rule already says what want says:
+// the same device, taint and annotations.
+func sameRule(have, want *resourcev1.DeviceTaintRule) bool {
+	h, w := have.Spec.DeviceSelector, want.Spec.DeviceSelector
+	return h != nil && ptrEq(h.Driver, w.Driver) && ptrEq(h.Pool, w.Pool) && ptrEq(h.Device, w.Device) &&
+		have.Spec.Taint.Key == want.Spec.Taint.Key && have.Spec.Taint.Value == want.Spec.Taint.Value &&
+		have.Spec.Taint.Effect == want.Spec.Taint.Effect && maps.Equal(have.Annotations, want.Annotations)
+}
+
+func ptrEq(a, b *string) bool { return a != nil && b != nil && *a == *b }
+
+// createRule creates a device's rule and tells the node's events.
+//
+// Equivalent to: kubectl create -f devicetaintrule.yaml
+func (r *Reporter) createRule(ctx context.Context, rule *resourcev1.DeviceTaintRule) error {
+	_, err := r.cfg.Client.ResourceV1().DeviceTaintRules().Create(ctx, rule, metav1.CreateOptions{FieldManager: Component})
+	if apierrors.IsAlreadyExists(err) {
+		return nil // created by an earlier attempt whose answer was lost; the next sync compares it
+	}
+	if err != nil {
+		return fmt.Errorf("create DeviceTaintRule %s: %w", rule.Name, err)
+	}
+	t := rule.Spec.Taint
+	taint := t.Key + "=" + t.Value + ":" + string(t.Effect)
+	msg := fmt.Sprintf("VF %s (device %s of driver %s, pool %s) tainted %s by DeviceTaintRule %s: %s",
+		rule.Annotations[annotationPCI], *rule.Spec.DeviceSelector.Device, *rule.Spec.DeviceSelector.Driver,
+		*rule.Spec.DeviceSelector.Pool, taint, rule.Name, rule.Annotations[annotationReason])
+	r.recorder.Event(r.nodeRef(), corev1.EventTypeWarning, ReasonDeviceTainted, clip(msg))
+	r.log.Warn("VF tainted for the scheduler", "node", r.cfg.NodeName, "pci", rule.Annotations[annotationPCI],
+		"device", *rule.Spec.DeviceSelector.Device, "taint", taint, "deviceTaintRule", rule.Name)
+	return nil
+}
+
+// deleteRule deletes a rule whose VF is healthy again (or no longer
+// published) and tells the node's events.
+func (r *Reporter) deleteRule(ctx context.Context, rule *resourcev1.DeviceTaintRule) error {
+	err := r.cfg.Client.ResourceV1().DeviceTaintRules().Delete(ctx, rule.Name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &rule.UID},
+	})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("delete DeviceTaintRule %s: %w", rule.Name, err)
+	}
+	t := rule.Spec.Taint
+	taint := t.Key + "=" + t.Value + ":" + string(t.Effect)
+	device := ""
+	if s := rule.Spec.DeviceSelector; s != nil && s.Device != nil {
+		device = *s.Device
+	}
+	r.recorder.Event(r.nodeRef(), corev1.EventTypeNormal, ReasonDeviceUntainted,
+		clip(fmt.Sprintf("VF %s (device %s): DeviceTaintRule %s removed, taint %s gone", rule.Annotations[annotationPCI], device, rule.Name, taint)))
+	r.log.Info("VF untainted for the scheduler", "node", r.cfg.NodeName, "pci", rule.Annotations[annotationPCI],
+		"device", device, "taint", taint, "deviceTaintRule", rule.Name)
+	return nil
+}
