@@ -42,14 +42,14 @@ func TestS4ZeroGUID(t *testing.T) {
 	}
 	figf("4 zero GUID", "pod create to FailedCreatePodSandBox with our error", "%.1f s", time.Since(start).Seconds())
 	t.Logf("kubectl describe pod zero-guid shows:\n  Warning  %s  %s", event.Reason, event.Message)
-	for _, want := range []string{"sriov-stable-cni", "VF " + vf.PCI, "GUID"} {
+	for _, want := range []string{`plugin type="sriov-stable-cni" failed (add): error 102: VF ` + vf.PCI, "GUID"} {
 		if !strings.Contains(event.Message, want) {
 			t.Errorf("the event does not name %q: %s", want, event.Message)
 		}
 	}
 	// Multus wraps a delegate's error as text ("error adding container to
-	// network ...: %v") and returns its own code, so our code (102) does not
-	// reach kubelet; our message does, and our plugin's log has the failure.
+	// network ...: %v") under a code of its own: our code reaches kubelet
+	// because our message carries it. Our plugin's log has the failure too.
 	pluginLog := readFile("/var/log/sriov-stable-cni.log")
 	if !logHas(pluginLog, "level=ERROR", "command=ADD", vf.PCI) {
 		t.Errorf("our plugin's log has no failed ADD for %s:\n%s", vf.PCI, lastLines(pluginLog, 10))

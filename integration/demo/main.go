@@ -100,8 +100,11 @@ func demo(tb *harness.ProgramTB, bins string) {
 	if harness.ErrCode(err) != 105 {
 		tb.Fatalf("CHECK after drift: got %v, want error 105", err)
 	}
-	say("CHECK -> error %d:", harness.ErrCode(err))
-	for _, line := range strings.Split(cniMsg(err), "\n") {
+	for i, line := range strings.Split(cniMsg(err), "\n") {
+		if i == 0 {
+			say("CHECK -> %s", line)
+			continue
+		}
 		say("  %s", line)
 	}
 
@@ -129,7 +132,7 @@ func demo(tb *harness.ProgramTB, bins string) {
 	if harness.ErrCode(err) != 102 {
 		tb.Fatalf("ADD with zero GUID: got %v, want error 102", err)
 	}
-	say("ADD -> error %d: %s", harness.ErrCode(err), cniMsg(err))
+	say("ADD -> %s", cniMsg(err))
 	if err := chain2.Del(rt2); err != nil {
 		tb.Fatalf("DEL after refused ADD: %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -67,7 +68,7 @@ func Funcs() skel.CNIFuncs {
 func run(args *skel.CmdArgs, parse func([]byte) (*config.NetConf, error), verb func(*Plugin, *skel.CmdArgs) error) error {
 	conf, err := parse(args.StdinData)
 	if err != nil {
-		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+		return withCode(types.NewError(types.ErrInvalidNetworkConfig, err.Error(), ""))
 	}
 	p, closeLog := New(conf, os.Stderr)
 	defer closeLog()
@@ -77,8 +78,25 @@ func run(args *skel.CmdArgs, parse func([]byte) (*config.NetConf, error), verb f
 		// The runtime shows the error to one pod; the log keeps it for the node.
 		p.log.Error("failed", "command", os.Getenv("CNI_COMMAND"), "container", args.ContainerID,
 			"ifname", args.IfName, "netns", args.Netns, "err", err)
+		return withCode(err)
 	}
-	return err
+	return nil
+}
+
+// withCode puts the error's CNI code at the head of its message. Multus
+// hands a delegate's error on as text under a code of its own, so kubelet's
+// FailedCreatePodSandBox event would otherwise show our message without the
+// code an operator looks up.
+func withCode(err error) *types.Error {
+	e, ok := err.(*types.Error) // as skel tells them apart: a wrapped error is internal
+	if !ok {
+		e = types.NewError(types.ErrInternal, err.Error(), "")
+	}
+	prefix := fmt.Sprintf("error %d: ", e.Code)
+	if !strings.HasPrefix(e.Msg, prefix) {
+		e.Msg = prefix + e.Msg
+	}
+	return e
 }
 
 // adoptLegacyRecords moves this network's records from the stateDir an
