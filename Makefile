@@ -69,7 +69,7 @@ lab:
 ## cluster-e2e: a single-node Kubernetes built here (every version pinned in integration/cluster/versions.env,
 ## binaries cached in /var/cache/sriov-stable-cluster) inside private namespaces on a fixture DGX node: the DaemonSet,
 ## NADs through the Multus thin plugin, VFs from a device plugin, drift, churn with restarts, an upgrade, pod start
-## latency (integration/cluster/README.md). Prints the figures; leaves nothing behind.
+## latency (docs/cluster-e2e.md). Prints the figures; leaves nothing behind.
 cluster-e2e:
 	bash integration/cluster/run.sh
 

@@ -7,5 +7,5 @@
 // through a device plugin, containerd calling the chain.
 //
 // The tests carry the build tag clustere2e so that `go test ./...` never
-// starts a cluster; run.sh builds everything and runs them (README.md).
+// starts a cluster; run.sh builds everything and runs them (docs/cluster-e2e.md).
 package cluster

@@ -5,7 +5,7 @@
 # test binary brings up a single-node Kubernetes inside private network,
 # mount and PID namespaces on a fixture DGX H200 node, runs the scenarios,
 # prints the figures and tears everything down; then it checks from the
-# host that nothing of the run is left (README.md beside this file).
+# host that nothing of the run is left (docs/cluster-e2e.md).
 #
 # Environment (all optional):
 #   CLUSTER_CACHE    built upstream binaries; survives runs
