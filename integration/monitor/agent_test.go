@@ -122,6 +122,44 @@ func (s *syncBuffer) lines(parts ...string) int {
 	return n
 }
 
+// driftTransitions checks that, per attachment and reason, the log's
+// "drift detected" and "drift recovered" lines alternate, starting with a
+// detection and ending with a recovery, and counts the detections by
+// reason.
+func (s *syncBuffer) driftTransitions(t *testing.T) map[string]int {
+	t.Helper()
+	field := func(line, key string) string {
+		_, v, _ := strings.Cut(line, " "+key+"=")
+		v, _, _ = strings.Cut(v, " ")
+		return v
+	}
+	drifting := map[string]bool{}
+	counts := map[string]int{}
+	sc := bufio.NewScanner(strings.NewReader(s.String()))
+	for sc.Scan() {
+		line := sc.Text()
+		detected := strings.Contains(line, `msg="drift detected"`)
+		if !detected && !strings.Contains(line, `msg="drift recovered"`) {
+			continue
+		}
+		reason := field(line, "reason")
+		k := field(line, "containerID") + " " + reason
+		if drifting[k] == detected {
+			t.Errorf("logged twice in a row for %s: %s", k, line)
+		}
+		drifting[k] = detected
+		if detected {
+			counts[reason]++
+		}
+	}
+	for k, d := range drifting {
+		if d {
+			t.Errorf("%s: a drift never logged as recovered", k)
+		}
+	}
+	return counts
+}
+
 type agent struct {
 	t    *testing.T
 	url  string
@@ -345,18 +383,22 @@ func TestMonitorEndToEnd(t *testing.T) {
 		t.Errorf("doctor gauges missing: %v", m)
 	}
 
-	// Each drift and each recovery was logged exactly once.
+	// Each drift and each recovery was logged once: per attachment and
+	// reason, "drift detected" and "drift recovered" alternate. The renames
+	// were two; the carrier drop was one, and a rename may add more: the
+	// kernel renames only a link that is down, so an event-driven check
+	// can see the VF without carrier for that moment, which is true.
+	counts := a.logs.driftTransitions(t)
 	for _, want := range []struct {
-		msg, reason string
-		n           int
+		reason string
+		min    int
+		max    int
 	}{
-		{"drift detected", "reason=renamed", 2},
-		{"drift recovered", "reason=renamed", 2},
-		{"drift detected", "reason=port-down", 1},
-		{"drift recovered", "reason=port-down", 1},
+		{"renamed", 2, 2},
+		{"port-down", 1, 1 + 2*2},
 	} {
-		if got := a.logs.lines(`msg="`+want.msg+`"`, want.reason); got != want.n {
-			t.Errorf("%d log lines %q %s, want %d", got, want.msg, want.reason, want.n)
+		if got := counts[want.reason]; got < want.min || got > want.max {
+			t.Errorf("%d drifts with reason %s logged, want %d to %d", got, want.reason, want.min, want.max)
 		}
 	}
 
