@@ -45,8 +45,12 @@ func TestSCNPDRule(t *testing.T) {
 		t.Fatalf("rule timeout %q: %v", rule.Timeout, err)
 	}
 
-	// The init container of npd-daemonset-patch.yaml, on the node.
+	// The init container of npd-daemonset-patch.yaml, on the node, into
+	// the directory its emptyDir volume makes.
 	dir := filepath.Dir(rule.Path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	install := exec.Command(filepath.Join(*imageDir, "a", "sriov-stable-agent"), "install", "--dir", dir)
 	if out, err := install.CombinedOutput(); err != nil {

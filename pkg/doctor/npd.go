@@ -8,7 +8,7 @@ import (
 // NPDSummary is the report in one line of at most max bytes, for
 // node-problem-detector's custom plugin monitor, which keeps that much of
 // a plugin's output as the condition's message: the error count and as
-// many "check subject" pairs as fit, or that the node is healthy.
+// many distinct "check subject" pairs as fit, or that the node is healthy.
 func (r *Report) NPDSummary(max int) string {
 	errs := r.Count(SeverityError)
 	if errs == 0 {
@@ -24,11 +24,14 @@ func (r *Report) NPDSummary(max int) string {
 		b.WriteString("s")
 	}
 	sep := ": "
+	named := map[string]bool{} // a VF's zero node and port GUID name it once
 	for _, f := range r.Findings {
-		if f.Severity != SeverityError {
+		pair := f.Check + " " + f.Subject
+		if f.Severity != SeverityError || named[pair] {
 			continue
 		}
-		b.WriteString(sep + f.Check + " " + f.Subject)
+		named[pair] = true
+		b.WriteString(sep + pair)
 		sep = "; "
 	}
 	return cut(b.String(), max)

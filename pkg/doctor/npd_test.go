@@ -22,6 +22,11 @@ func TestNPDSummary(t *testing.T) {
 			80, "SR-IOV VFs healthy (1 PFs, 8 VFs, 1 warnings)"},
 		{"one error", &Report{Findings: []Finding{{Severity: SeverityError, Check: CheckGUIDInvalid, Subject: "0000:18:00.3"},
 			{Severity: SeverityWarning, Check: "w", Subject: "z"}}}, 80, "1 SR-IOV error: " + CheckGUIDInvalid + " 0000:18:00.3"},
+		{"a subject named once per check", &Report{Findings: []Finding{
+			{Severity: SeverityError, Check: CheckGUIDInvalid, Subject: "0000:c0:02.1"}, // node GUID
+			{Severity: SeverityError, Check: CheckGUIDInvalid, Subject: "0000:c0:02.1"}, // port GUID
+			{Severity: SeverityError, Check: CheckPortState, Subject: "0000:c0:02.1"}}},
+			80, "3 SR-IOV errors: " + CheckGUIDInvalid + " 0000:c0:02.1; " + CheckPortState + " 0000:c0:02.1"},
 		{"cut to the limit", many, 80, ""},
 		{"cut inside a rune", &Report{Findings: []Finding{{Severity: SeverityError, Check: "c", Subject: "ééééééé"}}}, 24, ""},
 	} {
