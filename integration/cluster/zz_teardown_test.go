@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -60,7 +61,7 @@ func (c *cluster) deleteAllPods() error {
 		}
 	}
 	_ = c.client.AppsV1().DaemonSets(daemonSetNamespace).Delete(ctx, daemonSetName, metav1.DeleteOptions{})
-	return waitFor(120*time.Second, 250*time.Millisecond, "every pod gone", func() (bool, error) {
+	err := waitFor(120*time.Second, 250*time.Millisecond, "every pod gone", func() (bool, error) {
 		pods, err := c.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
@@ -71,6 +72,23 @@ func (c *cluster) deleteAllPods() error {
 				names = append(names, p.Namespace+"/"+p.Name+" "+string(p.Status.Phase))
 			}
 			return false, fmt.Errorf("%d pods left: %s", len(names), strings.Join(names, ", "))
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	// A sandbox kubelet did not know of (one being made while it restarted)
+	// is stopped when kubelet finds it, and removed by its garbage
+	// collection, once a minute: wait for that rather than leave its shim.
+	return waitFor(150*time.Second, time.Second, "kubelet to remove every sandbox", func() (bool, error) {
+		out, err := exec.Command(filepath.Join(*binDir, "ctr"), "--address", containerdSocket, "--namespace", "k8s.io",
+			"containers", "ls", "-q").CombinedOutput()
+		if err != nil {
+			return false, fmt.Errorf("ctr containers ls: %w: %s", err, out)
+		}
+		if left := strings.Fields(string(out)); len(left) > 0 {
+			return false, fmt.Errorf("%d containers left in containerd: %s", len(left), strings.Join(left, ", "))
 		}
 		return true, nil
 	})
