@@ -114,10 +114,13 @@ type Options struct {
 
 // Report is the outcome of one doctor run.
 type Report struct {
-	SysfsRoot string    `json:"sysfsRoot"`
-	PFs       int       `json:"pfs"` // Mellanox physical functions found
-	VFs       int       `json:"vfs"` // Mellanox virtual functions found
-	Findings  []Finding `json:"findings"`
+	SysfsRoot string `json:"sysfsRoot"`
+	PFs       int    `json:"pfs"` // Mellanox physical functions found
+	VFs       int    `json:"vfs"` // Mellanox virtual functions found
+	// RDMAInPods counts the attached VFs (of any vendor) whose RDMA device
+	// lives in their pod's netns (CheckRDMANetns); with Options.StateDir.
+	RDMAInPods int       `json:"rdmaInPods"`
+	Findings   []Finding `json:"findings"`
 }
 
 // Count returns the number of findings of a severity.
@@ -196,14 +199,15 @@ func Run(opts Options) (*Report, error) {
 		}
 		r.checkSpec()
 	}
+	inPods := 0
 	if opts.StateDir != "" {
 		if r.links == nil && r.linkErr == nil {
 			r.listLinks() // free VFs of any vendor
 		}
-		r.checkLeftovers()
+		inPods = r.checkLeftovers()
 	}
 	sortFindings(r.findings)
-	return &Report{SysfsRoot: opts.SysfsRoot, PFs: len(inv.pfs), VFs: len(inv.vfs), Findings: r.findings}, nil
+	return &Report{SysfsRoot: opts.SysfsRoot, PFs: len(inv.pfs), VFs: len(inv.vfs), RDMAInPods: inPods, Findings: r.findings}, nil
 }
 
 func validateOptions(opts Options) error {

@@ -22,7 +22,11 @@ func (r *Report) WriteText(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%d Mellanox PFs, %d VFs under %s: %d errors, %d warnings, %d info\n",
-		r.PFs, r.VFs, r.SysfsRoot, r.Count(SeverityError), r.Count(SeverityWarning), r.Count(SeverityInfo))
+	inPods := ""
+	if r.RDMAInPods > 0 {
+		inPods = fmt.Sprintf(", %d VFs with their RDMA device in a pod's netns", r.RDMAInPods)
+	}
+	_, err := fmt.Fprintf(w, "%d Mellanox PFs, %d VFs under %s%s: %d errors, %d warnings, %d info\n",
+		r.PFs, r.VFs, r.SysfsRoot, inPods, r.Count(SeverityError), r.Count(SeverityWarning), r.Count(SeverityInfo))
 	return err
 }

@@ -373,15 +373,17 @@ func uniq(s []string) []string {
 
 // checkLeftovers reports the free VFs of this netns that carry names left
 // behind (Options.StateDir set).
-func (r *run) checkLeftovers() {
-	if r.linkErr != nil {
-		return // checkNames said why the links cannot be read
-	}
+// It also runs checkRDMANetns over the records and returns its count.
+func (r *run) checkLeftovers() int {
 	recs, err := state.NewStore(r.opts.StateDir).List()
 	if err != nil && len(recs) == 0 && countJoined(err) == 0 {
 		r.add(SeverityInfo, CheckVFLeftover, "node", "run the doctor where the plugin's state directory is readable, with --state-dir",
 			"free VFs not checked for leftover names: %v", err)
-		return
+		return 0
+	}
+	inPods := r.checkRDMANetns(recs)
+	if r.linkErr != nil {
+		return inPods // checkNames said why the links cannot be read
 	}
 	found, notes, err := FindLeftovers(LeftoverInput{
 		SysfsRoot: r.sys.Root, AltName: r.opts.AltName, Records: recs, Links: r.rawLinks,
@@ -389,7 +391,7 @@ func (r *run) checkLeftovers() {
 	})
 	if err != nil {
 		r.add(SeverityInfo, CheckVFLeftover, "node", "", "free VFs not checked for leftover names: %v", err)
-		return
+		return inPods
 	}
 	for _, n := range notes {
 		r.add(SeverityInfo, CheckVFLeftover, "node", "", "%s", n)
@@ -399,6 +401,7 @@ func (r *run) checkLeftovers() {
 			"VF %s (PF %s VF %d) in this network namespace is free (no attachment record claims it) and %s: the next ADD of it, "+
 				"or host-device moving another VF home, can fail on that", lo.PCI, lo.PF, lo.Index, lo.Problem)
 	}
+	return inPods
 }
 
 // LeftoverRemedy is the operator's fix for a leftover: the agent's repair,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/rdma"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/vfnet"
@@ -28,6 +29,7 @@ const (
 	Renamed        Reason = "renamed"
 	AltNameMissing Reason = "altname-missing"
 	MAC            Reason = "mac"
+	RDMAMissing    Reason = "rdma-missing"
 	GUID           Reason = "guid"
 	MTU            Reason = "mtu"
 	LinkLayer      Reason = "link-layer"
@@ -35,7 +37,7 @@ const (
 )
 
 // Reasons lists every reason, for metrics that must show zeros.
-var Reasons = []Reason{Missing, Renamed, AltNameMissing, MAC, GUID, MTU, LinkLayer, PortDown}
+var Reasons = []Reason{Missing, Renamed, AltNameMissing, MAC, RDMAMissing, GUID, MTU, LinkLayer, PortDown}
 
 // Finding is one drift with a human-readable detail.
 type Finding struct {
@@ -48,11 +50,15 @@ func (f Finding) String() string { return string(f.Reason) + ": " + f.Detail }
 // Expect is what the attachment should look like.
 type Expect struct {
 	PCI, Netns, IfName, AltName string
+	PF                          string // the VF's PF; "" when unknown or none
 	MAC                         string // "" = no expectation
 	MTU                         int    // 0 = no expectation
 	LinkLayer                   string // "" = no expectation
 	NodeGUID                    string // "" = no expectation
-	CheckPort                   bool
+	// RDMA expects an RDMA device to be found (ADD found one and GUIDs are
+	// checked): none found anywhere is rdma-missing.
+	RDMA      bool
+	CheckPort bool
 	// IfIndex is the VF's link index when the monitor last found it (0:
 	// unknown). It recognizes a link with no bus identity at all by its
 	// index and MAC (vfnet.LocateLastSeen), so a veth stand-in that lost
@@ -63,9 +69,9 @@ type Expect struct {
 // FromRecord builds the expectation ADD left behind.
 func FromRecord(r *state.Record) Expect {
 	return Expect{
-		PCI: r.PCI, Netns: r.Netns, IfName: r.IfName, AltName: r.AltName,
+		PCI: r.PCI, Netns: r.Netns, IfName: r.IfName, AltName: r.AltName, PF: r.PF,
 		MAC: r.MAC, MTU: r.MTU, LinkLayer: r.LinkLayer, NodeGUID: r.NodeGUID,
-		CheckPort: r.PortPolicy != "ignore",
+		RDMA: len(r.RDMA) > 0 && r.GUIDPolicy != "ignore", CheckPort: r.PortPolicy != "ignore",
 	}
 }
 
@@ -82,16 +88,21 @@ type Observation struct {
 	MTU       int
 	LinkLayer string
 	Carrier   bool
-	RDMA      []sysfs.RDMADevice
+	RDMA      []rdma.Device
+	// RDMALooked says where the RDMA device was looked for (rdma.Lookup).
+	RDMALooked []string
 }
 
 // Observe locates the VF by PCI address in its netns and reads its link and
-// its RDMA devices. A vanished netns yields an error wrapping ErrNetnsGone.
+// its RDMA devices, wherever they are (rdma.Finder). A vanished netns
+// yields an error wrapping ErrNetnsGone.
 func Observe(exp Expect, sys sysfs.Reader) (*Observation, error) {
 	var obs *Observation
 	err := vfnet.InNetns(exp.Netns, func(h *vfnet.Handle) error {
 		var err error
-		obs, _, err = ObserveWith(h, exp, sys)
+		var l *rdma.Lookup
+		obs, _, l, err = ObserveWith(h, exp, sys)
+		l.Close()
 		return err
 	})
 	if err != nil {
@@ -102,11 +113,12 @@ func Observe(exp Expect, sys sysfs.Reader) (*Observation, error) {
 
 // ObserveWith is Observe through a handle already open in the VF's netns;
 // it also returns the VF's link (nil when it is missing), for a caller
-// that goes on to change it in the same netns.
-func ObserveWith(h *vfnet.Handle, exp Expect, sys sysfs.Reader) (*Observation, netlink.Link, error) {
+// that goes on to change it in the same netns, and the RDMA lookup (nil
+// when the VF is missing), which the caller closes.
+func ObserveWith(h *vfnet.Handle, exp Expect, sys sysfs.Reader) (*Observation, netlink.Link, *rdma.Lookup, error) {
 	id, err := h.NetnsID()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	obs := &Observation{Netns: id}
 	f, err := h.LocateLastSeen(exp.PCI, exp.AltName, exp.IfIndex, exp.MAC)
@@ -115,31 +127,46 @@ func ObserveWith(h *vfnet.Handle, exp Expect, sys sysfs.Reader) (*Observation, n
 	switch {
 	case errors.As(err, &nf):
 		obs.Present = nf.Present
-		return obs, nil, nil
+		return obs, nil, nil, nil
 	case errors.As(err, &conflict):
 		obs.Present = []string{conflict.Error()}
-		return obs, nil, nil
+		return obs, nil, nil, nil
 	case err != nil:
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	rdma, err := sys.RDMADevices(exp.PCI)
+	l, err := rdma.Finder{Sys: sys}.Find(LookFor(exp, h, f.Link))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	obs = ObserveLink(f.Link, rdma)
-	obs.Netns, obs.By = id, f.By
-	return obs, f.Link, nil
+	obs = ObserveLink(f.Link, l.Devices)
+	obs.Netns, obs.By, obs.RDMALooked = id, f.By, l.Looked
+	return obs, f.Link, l, nil
+}
+
+// LookFor is what rdma.Finder needs to find the RDMA device of the VF
+// whose link l a handle in its netns located.
+func LookFor(exp Expect, h *vfnet.Handle, l netlink.Link) rdma.VF {
+	return rdma.VF{PCI: exp.PCI, PF: exp.PF, Netns: h.NS(), NetnsPath: nsPath(h), IfIndex: l.Attrs().Index,
+		IPoIB: vfnet.LinkLayer(l) == "infiniband", WantInfiniBand: exp.LinkLayer == "infiniband"}
+}
+
+// nsPath is the handle's netns path, "" for the caller's own.
+func nsPath(h *vfnet.Handle) string {
+	if h.NS() == nil {
+		return ""
+	}
+	return h.Netns()
 }
 
 // ObserveLink builds an observation from a located link and the VF's RDMA
 // devices; the RDMA port's link layer wins over the netdev's when present.
-func ObserveLink(l netlink.Link, rdma []sysfs.RDMADevice) *Observation {
+func ObserveLink(l netlink.Link, devs []rdma.Device) *Observation {
 	a := l.Attrs()
 	o := &Observation{
 		Found: true, IfIndex: a.Index, Name: a.Name, AltNames: a.AltNames, MAC: a.HardwareAddr.String(), MTU: a.MTU,
-		LinkLayer: vfnet.LinkLayer(l), Carrier: vfnet.HasCarrier(l), RDMA: rdma,
+		LinkLayer: vfnet.LinkLayer(l), Carrier: vfnet.HasCarrier(l), RDMA: devs,
 	}
-	if ll := rdmaLinkLayer(rdma); ll != "" {
+	if ll := rdmaLinkLayer(devs); ll != "" {
 		o.LinkLayer = ll
 	}
 	return o
@@ -147,7 +174,7 @@ func ObserveLink(l netlink.Link, rdma []sysfs.RDMADevice) *Observation {
 
 // rdmaLinkLayer is the link layer of the first RDMA port, lower-cased, or
 // "" without RDMA: the HCA port is the authority when there is one.
-func rdmaLinkLayer(devs []sysfs.RDMADevice) string {
+func rdmaLinkLayer(devs []rdma.Device) string {
 	for _, d := range devs {
 		for _, p := range d.Ports {
 			return strings.ToLower(p.LinkLayer)
@@ -200,7 +227,11 @@ func Compare(exp Expect, obs *Observation) []Finding {
 	if exp.MAC != "" && !strings.EqualFold(exp.MAC, obs.MAC) {
 		add(MAC, "VF %s MAC is %s, expected %s", exp.PCI, obs.MAC, exp.MAC)
 	}
-	if g := obs.NodeGUID(); exp.NodeGUID != "" && g != exp.NodeGUID {
+	missing := (exp.RDMA || exp.NodeGUID != "") && len(obs.RDMA) == 0
+	if missing {
+		add(RDMAMissing, "VF %s: its RDMA device is found nowhere (looked in: %s)", exp.PCI, strings.Join(obs.RDMALooked, "; "))
+	}
+	if g := obs.NodeGUID(); exp.NodeGUID != "" && !missing && g != exp.NodeGUID {
 		add(GUID, "VF %s node GUID is %s, expected %s", exp.PCI, g, exp.NodeGUID)
 	}
 	if exp.MTU != 0 && obs.MTU != exp.MTU {

@@ -2,6 +2,7 @@ package drift
 
 import (
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/rdma"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 )
@@ -37,9 +39,19 @@ func physName(n int) string {
 	return s.Name
 }
 
-func healthyRDMA() []sysfs.RDMADevice {
+func healthyRDMA() []rdma.Device {
 	g, _ := sysfs.ParseGUID(guid)
-	return []sysfs.RDMADevice{{Name: "mlx5_10", PCI: pci, NodeGUID: g, Ports: []sysfs.Port{port(1, 4, 5)}}}
+	return []rdma.Device{{RDMADevice: sysfs.RDMADevice{Name: "mlx5_10", PCI: pci, NodeGUID: g, Ports: []sysfs.Port{port(1, 4, 5)}},
+		Source: rdma.HostSysfs}}
+}
+
+// devs wraps devices as the host's sysfs shows them.
+func devs(ds ...sysfs.RDMADevice) []rdma.Device {
+	out := make([]rdma.Device, len(ds))
+	for i, d := range ds {
+		out[i] = rdma.Device{RDMADevice: d, Source: rdma.HostSysfs}
+	}
+	return out
 }
 
 func healthyExpect() Expect {
@@ -84,8 +96,14 @@ func TestCompare(t *testing.T) {
 			[]Reason{GUID}, []string{"node GUID is a288:c2ff:fe18:0001, expected " + guid}},
 		{"GUID zeroed", nil, func(o *Observation) { o.RDMA[0].NodeGUID = 0 },
 			[]Reason{GUID}, []string{"node GUID is 0000:0000:0000:0000"}},
-		{"RDMA device gone", nil, func(o *Observation) { o.RDMA = nil; o.Carrier = true },
-			[]Reason{GUID}, []string{"expected " + guid}},
+		{"RDMA device gone", nil, func(o *Observation) {
+			o.RDMA, o.Carrier = nil, true
+			o.RDMALooked = []string{"host sysfs /sys/bus/pci/devices/" + pci + "/infiniband: empty"}
+		}, []Reason{RDMAMissing}, []string{"its RDMA device is found nowhere (looked in: host sysfs /sys/bus/pci/devices/" + pci + "/infiniband: empty)"}},
+		{"RDMA device gone, GUID not checked", func(e *Expect) { e.NodeGUID, e.RDMA = "", true },
+			func(o *Observation) { o.RDMA, o.Carrier = nil, true }, []Reason{RDMAMissing}, nil},
+		{"no RDMA device expected, none found", func(e *Expect) { e.NodeGUID, e.RDMA, e.LinkLayer = "", false, "ethernet" },
+			func(o *Observation) { o.RDMA, o.Carrier, o.LinkLayer = nil, true, "ethernet" }, nil, nil},
 		{"MTU changed", nil, func(o *Observation) { o.MTU = 2044 },
 			[]Reason{MTU}, []string{"MTU is 2044, expected 4092"}},
 		{"link layer fell back", nil, func(o *Observation) { o.LinkLayer = "ethernet" },
@@ -153,7 +171,8 @@ func TestCompareOrderStable(t *testing.T) {
 	obs.RDMA[0].NodeGUID = 1
 	obs.RDMA[0].Ports[0] = port(1, 1, 3)
 	first := Compare(exp, obs)
-	if diff := cmp.Diff(Reasons[1:], reasons(first)); diff != "" {
+	want := slices.DeleteFunc(slices.Clone(Reasons), func(r Reason) bool { return r == Missing || r == RDMAMissing })
+	if diff := cmp.Diff(want, reasons(first)); diff != "" {
 		t.Fatalf("reasons not in Reasons order (-want +got):\n%s", diff)
 	}
 	for range 50 {
@@ -175,7 +194,7 @@ func TestPortProblem(t *testing.T) {
 			continue
 		}
 		tests = append(tests, tc{"state " + stateName(s), Observation{Name: "net1", Carrier: true,
-			RDMA: []sysfs.RDMADevice{{Name: "mlx5_10", Ports: []sysfs.Port{port(1, s, 5)}}}},
+			RDMA: devs(sysfs.RDMADevice{Name: "mlx5_10", Ports: []sysfs.Port{port(1, s, 5)}})},
 			"mlx5_10 port 1 is " + strconv.Itoa(s) + ": " + stateName(s) + " / 5: LinkUp, want 4: ACTIVE / 5: LinkUp"})
 	}
 	for p := 1; p <= 7; p++ {
@@ -183,23 +202,22 @@ func TestPortProblem(t *testing.T) {
 			continue
 		}
 		tests = append(tests, tc{"phys " + physName(p), Observation{Name: "net1", Carrier: true,
-			RDMA: []sysfs.RDMADevice{{Name: "mlx5_10", Ports: []sysfs.Port{port(1, 4, p)}}}},
+			RDMA: devs(sysfs.RDMADevice{Name: "mlx5_10", Ports: []sysfs.Port{port(1, 4, p)}})},
 			"mlx5_10 port 1 is 4: ACTIVE / " + strconv.Itoa(p) + ": " + physName(p)})
 	}
 	tests = append(tests,
 		tc{"active", Observation{Name: "net1", RDMA: healthyRDMA()}, ""},
 		tc{"RDMA port wins over missing carrier", Observation{Name: "net1", Carrier: false, RDMA: healthyRDMA()}, ""},
 		tc{"RDMA port down despite carrier", Observation{Name: "net1", Carrier: true,
-			RDMA: []sysfs.RDMADevice{{Name: "mlx5_10", Ports: []sysfs.Port{port(1, 1, 3)}}}}, "port 1 is 1: DOWN / 3: Disabled"},
+			RDMA: devs(sysfs.RDMADevice{Name: "mlx5_10", Ports: []sysfs.Port{port(1, 1, 3)}})}, "port 1 is 1: DOWN / 3: Disabled"},
 		tc{"second port down", Observation{Name: "net1",
-			RDMA: []sysfs.RDMADevice{{Name: "mlx5_10", Ports: []sysfs.Port{port(1, 4, 5), port(2, 2, 4)}}}},
+			RDMA: devs(sysfs.RDMADevice{Name: "mlx5_10", Ports: []sysfs.Port{port(1, 4, 5), port(2, 2, 4)}})},
 			"mlx5_10 port 2 is 2: INIT / 4: PortConfigurationTraining"},
 		tc{"second device down", Observation{Name: "net1",
-			RDMA: []sysfs.RDMADevice{{Name: "mlx5_10", Ports: []sysfs.Port{port(1, 4, 5)}},
-				{Name: "mlx5_11", Ports: []sysfs.Port{port(1, 3, 5)}}}}, "mlx5_11 port 1 is 3: ARMED"},
+			RDMA: devs(sysfs.RDMADevice{Name: "mlx5_10", Ports: []sysfs.Port{port(1, 4, 5)}}, sysfs.RDMADevice{Name: "mlx5_11", Ports: []sysfs.Port{port(1, 3, 5)}})}, "mlx5_11 port 1 is 3: ARMED"},
 		tc{"unknown state number", Observation{Name: "net1",
-			RDMA: []sysfs.RDMADevice{{Name: "mlx5_10", Ports: []sysfs.Port{{Num: 1, State: sysfs.PortState{Num: 9, Name: "X"},
-				PhysState: sysfs.PhysState{Num: 5, Name: "LinkUp"}}}}}}, "port 1 is 9: X"},
+			RDMA: devs(sysfs.RDMADevice{Name: "mlx5_10", Ports: []sysfs.Port{{Num: 1, State: sysfs.PortState{Num: 9, Name: "X"},
+				PhysState: sysfs.PhysState{Num: 5, Name: "LinkUp"}}}})}, "port 1 is 9: X"},
 		tc{"netdev with carrier", Observation{Name: "net1", Carrier: true}, ""},
 		tc{"netdev without carrier", Observation{Name: "net1"}, "net1 has no carrier"},
 	)
@@ -224,6 +242,16 @@ func TestFromRecord(t *testing.T) {
 			t.Errorf("portPolicy %s (-want +got):\n%s", policy, diff)
 		}
 	}
+	// An RDMA device is expected when ADD found one and GUIDs are checked.
+	rec.PF, rec.RDMA, rec.PortPolicy = "0000:18:00.0", []string{"mlx5_10"}, "require"
+	for policy, expect := range map[string]bool{"require": true, "warn": true, "ignore": false} {
+		rec.GUIDPolicy = policy
+		want := Expect{PCI: pci, PF: "0000:18:00.0", Netns: netns, IfName: "net1", AltName: altName, MAC: mac, MTU: 4092,
+			LinkLayer: "infiniband", NodeGUID: guid, RDMA: expect, CheckPort: true}
+		if diff := cmp.Diff(want, FromRecord(rec)); diff != "" {
+			t.Errorf("guidPolicy %s (-want +got):\n%s", policy, diff)
+		}
+	}
 }
 
 func TestObserveLink(t *testing.T) {
@@ -237,7 +265,7 @@ func TestObserveLink(t *testing.T) {
 	tests := []struct {
 		name string
 		link netlink.Link
-		rdma []sysfs.RDMADevice
+		rdma []rdma.Device
 		want Observation
 	}{
 		{"IPoIB with RDMA", ib, healthyRDMA(), Observation{Found: true, Name: "net1", AltNames: []string{altName}, MAC: mac,
@@ -262,7 +290,7 @@ func TestNodeGUID(t *testing.T) {
 	if got := (&Observation{}).NodeGUID(); got != "" {
 		t.Errorf("NodeGUID without RDMA = %q, want empty", got)
 	}
-	o := &Observation{RDMA: append(healthyRDMA(), sysfs.RDMADevice{Name: "mlx5_11", NodeGUID: 7})}
+	o := &Observation{RDMA: append(healthyRDMA(), devs(sysfs.RDMADevice{Name: "mlx5_11", NodeGUID: 7})...)}
 	if got := o.NodeGUID(); got != guid {
 		t.Errorf("NodeGUID = %q, want the first device's %s", got, guid)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/rdma"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/vfnet"
@@ -292,15 +293,21 @@ func (m *Monitor) pollPorts(atts []*attachment) {
 	}
 }
 
-// portPoll is what the poller reads of one VF: for each port of each of
-// its RDMA devices, the logical state and the link layer. phys_state is
-// left out: a port whose physical link drops leaves ACTIVE too, and the
-// check that follows reads everything. On mlx5 a port state read queries
-// the firmware, so a few reads per VF per interval is the budget. The
-// files stay open and are read again at offset 0, which makes sysfs (and
-// seq_file) produce the value anew: one pread per file per poll instead of
-// open, stat, read and close. A read that fails (the device was removed or
-// probed again) closes them all; the next poll opens what is there then.
+// portPoll is what the poller reads of one VF: for each of its RDMA
+// devices the node GUID and, for each port, the logical state and the link
+// layer. phys_state is left out: a port whose physical link drops leaves
+// ACTIVE too, and the check that follows reads everything. On mlx5 a port
+// state read queries the firmware, so a few reads per VF per interval is
+// the budget. The files stay open and are read again at offset 0, which
+// makes sysfs (and seq_file) produce the value anew: one pread per file per
+// poll instead of open, stat, read and close. A read that fails (the device
+// was removed or probed again) closes them all; the next poll opens what is
+// there then.
+//
+// Where the VF's device lives in its pod's netns (RDMA netns exclusive
+// mode), the host's sysfs has no such files: a check that finds the device
+// there hands the poller files opened in that netns's sysfs instance
+// (adopt), and only a later check can open them again.
 type portPoll struct {
 	sys    sysfs.Reader
 	pci    string
@@ -313,6 +320,19 @@ type portPoll struct {
 	files []*os.File // nil: open them at the next poll
 	last  []byte     // the values read last, concatenated
 	buf   []byte
+	// fromCheck: the files were handed over by a check (adopt) and are not
+	// opened from host paths. Guarded by busy, as files and last are.
+	fromCheck bool
+
+	mu      sync.Mutex // guards next and set
+	next    *adoption  // files a check handed over, taken by the next read
+	adopted string     // what the files handed over last are (fileSet), "" for host paths
+}
+
+// adoption is a set of files a check opened, with their values then.
+type adoption struct {
+	files []*os.File
+	last  []byte
 }
 
 func newPortPoll(sys sysfs.Reader, pci string) *portPoll {
@@ -329,26 +349,43 @@ func (p *portPoll) changed() bool {
 	if p.closed.Load() {
 		return false
 	}
-	if p.stale.Swap(false) {
+	if a := p.take(); a != nil {
+		p.closeFiles()
+		p.files, p.last, p.fromCheck = a.files, a.last, a.files != nil
+	}
+	if p.stale.Swap(false) && !p.fromCheck {
 		p.closeFiles()
 	}
-	if p.files == nil {
-		p.files = p.open()
+	if p.files == nil && !p.fromCheck {
+		p.files = portFiles(p.sys, p.pci)
 	}
-	var now []byte
-	for _, f := range p.files {
-		n, err := f.ReadAt(p.buf, 0)
-		if err != nil && !errors.Is(err, io.EOF) || n == 0 {
-			p.closeFiles() // gone or probed again: open anew next time
-			now = append(now, "unreadable"...)
-			break
+	now, ok := readFiles(p.files, p.buf)
+	if !ok {
+		p.closeFiles() // gone or probed again: open anew next time
+		if p.fromCheck {
+			p.mu.Lock()
+			p.adopted = "" // the next check hands over new ones
+			p.mu.Unlock()
 		}
-		now = append(append(now, p.buf[:n]...), 0)
 	}
 	first := p.last == nil
 	diff := !bytes.Equal(now, p.last)
 	p.last = now
 	return diff && !first
+}
+
+// readFiles reads each file from offset 0 into one value, "unreadable"
+// (and false) when one fails.
+func readFiles(files []*os.File, buf []byte) ([]byte, bool) {
+	now := []byte{}
+	for _, f := range files {
+		n, err := f.ReadAt(buf, 0)
+		if err != nil && !errors.Is(err, io.EOF) || n == 0 {
+			return append(now, "unreadable"...), false
+		}
+		now = append(append(now, buf[:n]...), 0)
+	}
+	return now, true
 }
 
 // baseline reads the files for the first time (nil: nothing to read).
@@ -358,10 +395,57 @@ func (p *portPoll) baseline() {
 	}
 }
 
+// wants reports whether a check that found the VF's devices as l should
+// hand the poller new files: the device moved between the host's view and
+// a netns's, or the netns's devices or ports are not those handed over
+// last (or those failed to read).
+func (p *portPoll) wants(l *rdma.Lookup) (set string, ok bool) {
+	if p == nil || l == nil {
+		return "", false
+	}
+	if len(l.Devices) > 0 && l.Devices[0].Source == rdma.NetnsSysfs {
+		set = fileSet(l)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return set, set != p.adopted
+}
+
+// adopt hands the poller the files of set (none: back to host paths) with
+// their values as read now; the next read takes them over.
+func (p *portPoll) adopt(set string, files []*os.File, last []byte) {
+	p.mu.Lock()
+	old := p.next
+	p.next, p.adopted = &adoption{files: files, last: last}, set
+	p.mu.Unlock()
+	if old != nil {
+		for _, f := range old.files {
+			f.Close()
+		}
+	}
+	if p.closed.Load() {
+		p.close() // closed meanwhile: the read that takes them closes them
+	}
+}
+
+// take returns the files a check handed over since the last read, if any.
+func (p *portPoll) take() *adoption {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	a := p.next
+	p.next = nil
+	return a
+}
+
 // release ends a read; the files of a poll closed meanwhile are closed now.
 func (p *portPoll) release() {
 	if p.closed.Load() {
 		p.closeFiles()
+		if a := p.take(); a != nil {
+			for _, f := range a.files {
+				f.Close()
+			}
+		}
 	}
 	p.busy.Store(false)
 }
@@ -384,21 +468,62 @@ func (p *portPoll) closeFiles() {
 	p.files = nil
 }
 
-// open opens the files to poll: infiniband/*/ports/*/{state,link_layer}.
-func (p *portPoll) open() []*os.File {
+// portFiles opens the files to poll of the VF's devices under sys:
+// infiniband/*/node_guid and infiniband/*/ports/*/{state,link_layer}.
+func portFiles(sys sysfs.Reader, pci string) []*os.File {
 	files := []*os.File{} // opened: none is not nil
-	devs, _ := os.ReadDir(p.sys.PCIPath(p.pci, "infiniband"))
+	devs, _ := os.ReadDir(sys.PCIPath(pci, "infiniband"))
 	for _, d := range devs {
-		ports, _ := os.ReadDir(p.sys.PCIPath(p.pci, "infiniband", d.Name(), "ports"))
+		if f, err := os.Open(sys.PCIPath(pci, "infiniband", d.Name(), "node_guid")); err == nil {
+			files = append(files, f)
+		}
+		ports, _ := os.ReadDir(sys.PCIPath(pci, "infiniband", d.Name(), "ports"))
 		for _, port := range ports {
 			for _, attr := range []string{"state", "link_layer"} {
-				if f, err := os.Open(p.sys.PCIPath(p.pci, "infiniband", d.Name(), "ports", port.Name(), attr)); err == nil {
+				if f, err := os.Open(sys.PCIPath(pci, "infiniband", d.Name(), "ports", port.Name(), attr)); err == nil {
 					files = append(files, f)
 				}
 			}
 		}
 	}
 	return files
+}
+
+// fileSet names the devices and ports a lookup found, so a check knows
+// whether the poller already has their files.
+func fileSet(l *rdma.Lookup) string {
+	var b strings.Builder
+	b.WriteString(l.Devices[0].Netns)
+	for _, d := range l.Devices {
+		fmt.Fprintf(&b, " %s:%d", d.Name, len(d.Ports))
+	}
+	return b.String()
+}
+
+// pollFrom hands the attachment's poller the port files of a device found
+// in the pod's netns (or sends it back to host paths), while the check's
+// lookup still holds that netns's sysfs instance open. A change between
+// the check's read and the poller's first values could slip between the
+// two, so one more check is queued after a handover.
+func (m *Monitor) pollFrom(rec *state.Record, l *rdma.Lookup) {
+	m.mu.Lock()
+	var p *portPoll
+	if a := m.current(rec); a != nil {
+		p = a.ports
+	}
+	m.mu.Unlock()
+	set, ok := p.wants(l)
+	if !ok {
+		return
+	}
+	var files []*os.File
+	var last []byte
+	if set != "" {
+		files = portFiles(sysfs.Reader{Root: l.Root()}, l.VF.PCI)
+		last, _ = readFiles(files, make([]byte, 64))
+	}
+	p.adopt(set, files, last)
+	m.queue.push(rec.Key(), sourceSysfs)
 }
 
 // settle is how long a queued check waits for the rest of the change it

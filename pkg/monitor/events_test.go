@@ -18,6 +18,7 @@ import (
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
 
@@ -136,7 +137,7 @@ func (n *node) record(rec *state.Record) {
 		n.t.Fatal(err)
 	}
 	defer lock.Unlock()
-	if err := lock.SetOwner(rec.Key()); err != nil {
+	if err := lock.SetOwner(rec.Key(), ""); err != nil {
 		n.t.Fatal(err)
 	}
 	if err := n.f.store.Save(rec); err != nil {
@@ -340,7 +341,8 @@ func TestSubscriptionsFollowRecords(t *testing.T) {
 		})
 	}
 	want("a socket per attachment", 6)
-	n.waitFor("the RDMA VFs' port files open", 5*time.Second, func() bool { return openUnder(t, n.sys.Root) == 4 })
+	// Per RDMA VF (two of the six): node_guid, ports/1/state and ports/1/link_layer.
+	n.waitFor("the RDMA VFs' polled files open", 5*time.Second, func() bool { return openUnder(t, n.sys.Root) == 6 })
 
 	// DEL removes a record: its socket closes.
 	if err := n.f.store.Delete(n.pods[0].rec.Key()); err != nil {
@@ -448,4 +450,66 @@ func TestPortChangeRightAfterSubscribing(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	n.sys.SetPort(vfAddr(ib.index), ib.rec.RDMA[0], 1, sysfstest.Port{State: "1: DOWN", PhysState: "3: Disabled"})
 	n.waitFor("the port down seen", 5*time.Second, func() bool { return n.driftOf(drift.PortDown) == 1 })
+}
+
+// TestPortPollAdopt: files a check hands over (a device in its pod's netns,
+// read through that netns's sysfs instance) are polled in place of host
+// paths, survive a sweep's reopen, and once they fail to read the poller
+// asks the next check for new ones instead of opening host paths.
+func TestPortPollAdopt(t *testing.T) {
+	dir := t.TempDir()
+	p := newPortPoll(sysfs.Reader{Root: dir}, "0000:18:00.2") // no host files at all
+	p.baseline()
+	write := func(name, v string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	var files []*os.File
+	for _, path := range []string{write("node_guid", "a288:c2ff:fe18:0000"), write("state", "4: ACTIVE"), write("link_layer", "InfiniBand")} {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	last, ok := readFiles(files, make([]byte, 64))
+	if !ok {
+		t.Fatal("cannot read the files")
+	}
+	p.adopt("/var/run/netns/pod mlx5_10:1", files, last)
+	if p.changed() {
+		t.Error("changed right after the handover, with the values the check read")
+	}
+	write("state", "1: DOWN")
+	if !p.changed() {
+		t.Error("a port going down in the netns was not seen")
+	}
+	p.stale.Store(true) // a sweep: host paths would be opened anew, handed-over files stay
+	write("node_guid", "0000:0000:0000:0000")
+	if !p.changed() || len(p.files) != 3 {
+		t.Errorf("after a sweep the poller holds %d files and saw no GUID change", len(p.files))
+	}
+	files[1].Close() // what a read of a device gone from the netns gives
+	if !p.changed() {
+		t.Error("an unreadable file was not reported")
+	}
+	if p.files != nil || !p.fromCheck || p.adopted != "" {
+		t.Errorf("after a failed read: %d files, fromCheck %v, adopted %q; want none, true, \"\"", len(p.files), p.fromCheck, p.adopted)
+	}
+	p.changed() // nothing to read until a check hands files over again
+	if p.files != nil {
+		t.Error("the poller opened host paths for a device that lives in a netns")
+	}
+	p.adopt("", nil, nil) // the device is back in the host's view
+	p.changed()
+	if p.fromCheck || p.files == nil {
+		t.Errorf("back on host paths: fromCheck %v, files %v", p.fromCheck, p.files)
+	}
+	p.close()
+	for _, f := range files {
+		f.Close()
+	}
 }

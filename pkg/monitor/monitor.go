@@ -450,7 +450,16 @@ func (m *Monitor) inspect(rec *state.Record) outcome {
 		allowed, waiting = m.podRepairs(a, now)
 	}
 	m.mu.Unlock()
-	obs, err := drift.Observe(exp, m.sys)
+	var obs *drift.Observation
+	err := vfnet.InNetns(exp.Netns, func(h *vfnet.Handle) error {
+		o, _, l, err := drift.ObserveWith(h, exp, m.sys)
+		defer l.Close()
+		if err == nil && o.Found {
+			m.pollFrom(rec, l)
+		}
+		obs = o
+		return err
+	})
 	if err != nil {
 		return outcome{err: err}
 	}

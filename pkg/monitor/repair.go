@@ -180,7 +180,8 @@ func (m *Monitor) repairPod(rec *state.Record, exp drift.Expect, seen *drift.Obs
 		return refuse(refusedNotOwner, "%s", why)
 	}
 	err = vfnet.InNetns(rec.Netns, func(h *vfnet.Handle) error {
-		obs, link, err := drift.ObserveWith(h, exp, m.sys)
+		obs, link, l, err := drift.ObserveWith(h, exp, m.sys)
+		l.Close()
 		switch {
 		case err != nil:
 			return err
@@ -201,7 +202,8 @@ func (m *Monitor) repairPod(rec *state.Record, exp drift.Expect, seen *drift.Obs
 				return err
 			}
 		}
-		now, _, err := drift.ObserveWith(h, exp, m.sys)
+		now, _, l, err := drift.ObserveWith(h, exp, m.sys)
+		l.Close()
 		if err != nil {
 			return err
 		}

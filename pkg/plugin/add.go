@@ -16,6 +16,7 @@ import (
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/rdma"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/vfnet"
@@ -31,7 +32,8 @@ type attachment struct {
 	pod     podArgs
 	prev    *current.Result
 	pci     string
-	vf      *sysfs.VF
+	vf      *sysfs.VF    // the VF's PF and index (RDMA devices are in rdma)
+	rdma    *rdma.Lookup // the VF's RDMA devices, wherever they are
 	altName string
 	foundAs string
 	added   bool // we added the altname
@@ -63,6 +65,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	defer func() { a.rdma.Close() }()
 	lock, err := p.store.LockVF(a.pci)
 	if err != nil {
 		return cniErr(types.ErrIOFailure, "VF %s: %v", a.pci, err)
@@ -75,7 +78,6 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if err := p.readHostFacts(a); err != nil {
 		return err
 	}
-	p.chooseGUIDIndex(a)
 	err = vfnet.InNetns(args.Netns, func(h *vfnet.Handle) (err error) {
 		defer func() {
 			if err != nil {
@@ -83,7 +85,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 			}
 		}()
 		for _, step := range []func(*vfnet.Handle, *attachment) error{
-			p.locateVF, p.repairName, p.ensureAltName, p.verify, p.recordAttachment,
+			p.locateVF, p.repairName, p.ensureAltName, p.findRDMA, p.verify, p.recordAttachment,
 		} {
 			if err := step(h, a); err != nil {
 				return err
@@ -126,7 +128,7 @@ func (p *Plugin) prepare(args *skel.CmdArgs) (*attachment, error) {
 		return nil, cniErr(types.ErrInvalidNetworkConfig, "%v", err)
 	}
 	p.log.Debug("resolved VF", "vf", pci, "from", source)
-	return &attachment{args: args, network: p.conf.Name, prev: prev, pci: pci, pod: p.podArgs(args)}, nil
+	return &attachment{args: args, network: p.conf.Name, prev: prev, pci: pci, pod: p.podArgs(args), rdma: &rdma.Lookup{}}, nil
 }
 
 func checkArgs(args *skel.CmdArgs) error {
@@ -191,10 +193,10 @@ func (p *Plugin) claimVF(a *attachment) error {
 	return nil
 }
 
-// readHostFacts reads the VF's PF, index and RDMA devices from sysfs and
-// renders its stable altname.
+// readHostFacts reads the VF's PF and index from sysfs and renders its
+// stable altname. Its RDMA devices are looked for once it is located.
 func (p *Plugin) readHostFacts(a *attachment) error {
-	vf, err := p.sys.ReadVF(a.pci)
+	vf, err := p.sys.ReadFunction(a.pci)
 	if errors.Is(err, sysfs.ErrNoDevice) {
 		return cniErr(ErrVFNotFound, "VF %s: no such PCI device under %s (is deviceID right and sysfsRoot the host's sysfs?)",
 			a.pci, p.sys.PCIPath(a.pci))
@@ -270,6 +272,24 @@ func (p *Plugin) ensureAltName(h *vfnet.Handle, a *attachment) error {
 	return p.refresh(h, a)
 }
 
+// findRDMA looks for the VF's RDMA devices once, wherever the kernel keeps
+// them: the host's sysfs, or the pod netns in RDMA netns exclusive mode
+// (package rdma). The checks and the port wait read what it found.
+func (p *Plugin) findRDMA(h *vfnet.Handle, a *attachment) error {
+	l, err := rdma.Finder{Sys: p.sys}.Find(rdma.VF{
+		PCI: a.pci, PF: a.vf.PF, Netns: h.NS(), NetnsPath: h.Netns(), IfIndex: a.link.Attrs().Index,
+		IPoIB: vfnet.LinkLayer(a.link) == config.LinkLayerInfiniBand, WantInfiniBand: p.conf.LinkLayer == config.LinkLayerInfiniBand,
+	})
+	if err != nil {
+		return cniErr(types.ErrIOFailure, "VF %s: %v", a.pci, err)
+	}
+	a.rdma = l
+	if len(l.Devices) > 0 {
+		p.log.Debug("found RDMA device", "vf", a.pci, "rdma", l.Devices[0].Name, "where", l.Devices[0].Source, "netns", l.Devices[0].Netns)
+	}
+	return nil
+}
+
 func (p *Plugin) refresh(h *vfnet.Handle, a *attachment) error {
 	l, err := h.Refresh(a.link)
 	if err != nil {
@@ -282,6 +302,9 @@ func (p *Plugin) refresh(h *vfnet.Handle, a *attachment) error {
 // verify checks link layer, GUID and MTU, then waits for the port.
 func (p *Plugin) verify(h *vfnet.Handle, a *attachment) error {
 	a.obs = observe(a)
+	if err := p.verifyRDMAFound(a); err != nil {
+		return err
+	}
 	if err := p.verifyLinkLayer(a); err != nil {
 		return err
 	}
@@ -295,7 +318,7 @@ func (p *Plugin) verify(h *vfnet.Handle, a *attachment) error {
 }
 
 func observe(a *attachment) *drift.Observation {
-	return drift.ObserveLink(a.link, a.vf.RDMA)
+	return drift.ObserveLink(a.link, a.rdma.Devices)
 }
 
 func (p *Plugin) verifyLinkLayer(a *attachment) error {
@@ -307,10 +330,30 @@ func (p *Plugin) verifyLinkLayer(a *attachment) error {
 		a.pci, a.args.Netns, a.obs.LinkLayer, want)
 }
 
-func (p *Plugin) verifyGUID(a *attachment) error {
-	if p.conf.GUIDPolicy == config.PolicyIgnore || len(a.vf.RDMA) == 0 {
+// verifyRDMAFound refuses a VF that must have an RDMA device (its PF has
+// one, it is IPoIB, or InfiniBand is configured) when none was found
+// anywhere: its GUID and port checks would otherwise pass in silence,
+// which is what the host's view of RDMA netns exclusive mode used to do.
+// It follows guidPolicy, as the GUID check it stands in for.
+func (p *Plugin) verifyRDMAFound(a *attachment) error {
+	problem := a.rdma.Missing()
+	switch {
+	case problem == "" || p.conf.GUIDPolicy == config.PolicyIgnore:
+		return nil
+	case p.conf.GUIDPolicy == config.PolicyWarn:
+		p.log.Warn("no RDMA device found; GUID and port not checked, continuing under guidPolicy=warn",
+			"vf", a.pci, "netns", a.args.Netns, "problem", problem)
 		return nil
 	}
+	return cniErr(ErrBadGUID, "VF %s in netns %s: %s", a.pci, a.args.Netns, problem)
+}
+
+// verifyGUID refuses a zero, all-F or duplicated node GUID.
+func (p *Plugin) verifyGUID(a *attachment) error {
+	if p.conf.GUIDPolicy == config.PolicyIgnore || len(a.rdma.Devices) == 0 {
+		return nil
+	}
+	p.chooseGUIDIndex(a)
 	problem := p.guidProblem(a)
 	if problem == "" {
 		return nil
@@ -328,9 +371,6 @@ func (p *Plugin) verifyGUID(a *attachment) error {
 // own GUIDs just read (see sysfs.GUIDIndex). Otherwise verifyGUID scans
 // every RDMA device's GUID and saves the index for the next ADD.
 func (p *Plugin) chooseGUIDIndex(a *attachment) {
-	if p.conf.GUIDPolicy == config.PolicyIgnore || len(a.vf.RDMA) == 0 {
-		return
-	}
 	if idx := p.savedGUIDIndex(a); idx != nil {
 		a.guids, a.saved = func() (*sysfs.GUIDIndex, error) { return idx, nil }, true
 		return
@@ -355,7 +395,10 @@ func (p *Plugin) savedGUIDIndex(a *attachment) *sysfs.GUIDIndex {
 	if ok, err := p.sys.Current(idx); err != nil || !ok {
 		return nil
 	}
-	for _, d := range a.vf.RDMA {
+	for _, d := range a.rdma.Devices {
+		if d.Source != rdma.HostSysfs {
+			continue // not in the host's class/infiniband, so not in the index
+		}
 		if g, ok := idx.GUIDs[d.Name]; !ok || g != d.NodeGUID {
 			return nil
 		}
@@ -382,7 +425,7 @@ func (p *Plugin) scanGUIDs() (*sysfs.GUIDIndex, error) {
 
 // guidProblem explains what is wrong with the VF's node GUIDs, or "".
 func (p *Plugin) guidProblem(a *attachment) string {
-	for _, d := range a.vf.RDMA {
+	for _, d := range a.rdma.Devices {
 		if !d.NodeGUID.Valid() {
 			return fmt.Sprintf("%s node GUID is %s, expected an assigned GUID (assign it through PF %s, VF index %d, "+
 				"before kubelet starts: sriov-stable-agent hostconfig generates a boot unit that does it)", d.Name, d.NodeGUID, a.vf.PF, a.vf.Index)
@@ -402,20 +445,63 @@ func (p *Plugin) guidProblem(a *attachment) string {
 	if d, other := duplicate(idx, a); other != "" {
 		return fmt.Sprintf("%s node GUID %s is also held by %s (duplicate GUIDs break the fabric)", d.Name, d.NodeGUID, p.sys.DevicePCI(other))
 	}
+	if d, other := p.attachedDuplicate(a); other != "" {
+		return fmt.Sprintf("%s node GUID %s is also held by %s (duplicate GUIDs break the fabric)", d.Name, d.NodeGUID, other)
+	}
 	return ""
+}
+
+// attachedDuplicate finds, in RDMA netns exclusive mode, another attached
+// VF whose node GUID, as its ADD recorded it, is one of ours: its device
+// sits in its pod's netns, where the host's GUID index cannot see it. The
+// VF locks index each owner's GUID (state.VFLock.SetOwner); a match counts
+// only while the owner's record says so and its netns is alive (else the
+// device is back in the host's view, and in the index).
+func (p *Plugin) attachedDuplicate(a *attachment) (rdma.Device, string) {
+	if !(rdma.Finder{Sys: p.sys}).ExclusiveMode() {
+		return rdma.Device{}, ""
+	}
+	owners, err := p.store.OwnerGUIDs()
+	if err != nil {
+		p.log.Warn("cannot read the attached VFs' GUIDs for the duplicate check", "err", err)
+	}
+	for _, d := range a.rdma.Devices {
+		g := d.NodeGUID.String()
+		for _, o := range owners {
+			if o.GUID != g || o.PCI == a.pci {
+				continue
+			}
+			rec, err := p.store.Owner(o)
+			if err != nil || rec.PCI != o.PCI || rec.NodeGUID != g || !vfnet.NetnsAlive(rec.Netns) {
+				continue
+			}
+			return d, fmt.Sprintf("VF %s, attached to %s in netns %s", o.PCI, podOf(rec), rec.Netns)
+		}
+	}
+	return rdma.Device{}, ""
+}
+
+// podOf names an attachment's pod for people.
+func podOf(rec *state.Record) string {
+	if rec.PodName != "" {
+		return "pod " + rec.PodNamespace + "/" + rec.PodName
+	}
+	return "container " + rec.ContainerID
 }
 
 // duplicate finds an RDMA device of the VF whose node GUID another device
 // of the node holds too, and names that other device; "" when none does.
-func duplicate(idx *sysfs.GUIDIndex, a *attachment) (sysfs.RDMADevice, string) {
-	for _, d := range a.vf.RDMA {
+func duplicate(idx *sysfs.GUIDIndex, a *attachment) (rdma.Device, string) {
+	for _, d := range a.rdma.Devices {
 		for _, name := range idx.Holders(d.NodeGUID) {
-			if !slices.ContainsFunc(a.vf.RDMA, func(own sysfs.RDMADevice) bool { return own.Name == name }) {
+			// The index is the host's: a device of ours found elsewhere
+			// is not in it, and a host device sharing its name is another.
+			if !slices.ContainsFunc(a.rdma.Devices, func(own rdma.Device) bool { return own.Source == rdma.HostSysfs && own.Name == name }) {
 				return d, name
 			}
 		}
 	}
-	return sysfs.RDMADevice{}, ""
+	return rdma.Device{}, ""
 }
 
 func (p *Plugin) verifyMTU(a *attachment) error {
@@ -451,12 +537,10 @@ func (p *Plugin) verifyPort(h *vfnet.Handle, a *attachment) error {
 }
 
 func (p *Plugin) repoll(h *vfnet.Handle, a *attachment) error {
-	if len(a.vf.RDMA) > 0 {
-		rdma, err := p.sys.RDMADevices(a.pci)
-		if err != nil {
+	if len(a.rdma.Devices) > 0 {
+		if err := a.rdma.Refresh(); err != nil {
 			return err
 		}
-		a.vf.RDMA = rdma
 	} else if err := p.refresh(h, a); err != nil {
 		return err
 	}
@@ -474,11 +558,12 @@ func (p *Plugin) recordAttachment(_ *vfnet.Handle, a *attachment) error {
 		PortPolicy: string(p.conf.PortPolicy), GUIDPolicy: string(p.conf.GUIDPolicy), SysfsRoot: p.conf.SysfsRoot,
 		Created: time.Now().UTC(),
 	}
-	for _, d := range a.vf.RDMA {
+	for _, d := range a.rdma.Devices {
 		rec.RDMA = append(rec.RDMA, d.Name)
+		rec.RDMASource = string(d.Source)
 	}
 	// The index first: a record is never without it (see state.VFLock).
-	if err := a.lock.SetOwner(rec.Key()); err != nil {
+	if err := a.lock.SetOwner(rec.Key(), rec.NodeGUID); err != nil {
 		return cniErr(types.ErrIOFailure, "VF %s: cannot record the attachment: %v", a.pci, err)
 	}
 	a.onUndo(func() { _ = a.lock.Free(rec.Key()) })

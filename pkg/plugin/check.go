@@ -76,10 +76,11 @@ func (p *Plugin) expectation(args *skel.CmdArgs, prev *current.Result, rec *stat
 		exp.PCI = pci
 	}
 	if exp.AltName == "" {
-		vf, err := p.sys.ReadVF(exp.PCI)
+		vf, err := p.sys.ReadFunction(exp.PCI)
 		if err != nil {
 			return exp, cniErr(ErrVFNotFound, "VF %s: %v", exp.PCI, err)
 		}
+		exp.PF = vf.PF
 		if exp.AltName, err = config.RenderAltName(p.conf.AltName, exp.PCI, vf.PF, vf.Index); err != nil {
 			return exp, cniErr(types.ErrInvalidNetworkConfig, "%v", err)
 		}
@@ -100,7 +101,7 @@ func (p *Plugin) expectation(args *skel.CmdArgs, prev *current.Result, rec *stat
 		exp.LinkLayer = p.conf.LinkLayer
 	}
 	if p.conf.GUIDPolicy == config.PolicyIgnore {
-		exp.NodeGUID = ""
+		exp.NodeGUID, exp.RDMA = "", false
 	}
 	return exp, nil
 }

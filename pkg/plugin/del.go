@@ -114,7 +114,7 @@ func (p *Plugin) delTarget(args *skel.CmdArgs, rec *state.Record) (string, strin
 		return "", ""
 	}
 	altName := ""
-	if vf, err := p.sys.ReadVF(pci); err == nil {
+	if vf, err := p.sys.ReadFunction(pci); err == nil {
 		altName, _ = config.RenderAltName(p.conf.AltName, pci, vf.PF, vf.Index)
 	}
 	return pci, altName

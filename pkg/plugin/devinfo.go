@@ -71,8 +71,8 @@ func fillDeviceInfo(path string, a *attachment) (bool, error) {
 		return true
 	}
 	changed := false
-	if len(a.vf.RDMA) > 0 {
-		changed = set("rdma-device", a.vf.RDMA[0].Name) || changed
+	if len(a.rdma.Devices) > 0 {
+		changed = set("rdma-device", a.rdma.Devices[0].Name) || changed
 	}
 	if ok, err := version.GreaterThanOrEqualTo(head.Version, "1.1.0"); err == nil && ok {
 		changed = set("pf-pci-address", a.vf.PF) || changed

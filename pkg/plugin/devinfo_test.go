@@ -8,11 +8,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/rdma"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 )
 
 func TestFillDeviceInfo(t *testing.T) {
-	a := &attachment{pci: "0000:18:00.2", vf: &sysfs.VF{PF: "0000:18:00.0", RDMA: []sysfs.RDMADevice{{Name: "mlx5_9"}}}}
+	a := &attachment{pci: "0000:18:00.2", vf: &sysfs.VF{PF: "0000:18:00.0"},
+		rdma: &rdma.Lookup{Devices: []rdma.Device{{RDMADevice: sysfs.RDMADevice{Name: "mlx5_9"}}}}}
 	for _, tc := range []struct {
 		name    string
 		in      string // "" = no file

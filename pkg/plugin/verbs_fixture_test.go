@@ -427,6 +427,65 @@ func (f *fixture) setPort(p sysfstest.Port) {
 	f.sys.SetPort(f.vf.PCI, f.vf.RDMA, 1, p)
 }
 
+// attachOther attaches another VF of the node to a pod of its own through
+// ADD (its stand-in moved in as host-device would) and gives its RDMA
+// device back to the host's view when the case ends.
+func (f *fixture) attachOther(t *testing.T, vf sysfstest.DGXVF, containerID string) (sysfstest.DGXVF, ns.NetNS) {
+	t.Helper()
+	pod := harness.NewNetns(t)
+	f.inHost(t, func() { harness.NewStandIn(t, vf.NetDev, vf.PCI, true) })
+	moveBetween(t, f.host, pod, vf.NetDev, "net1")
+	f.sys.RemoveNetDev(vf.PCI, vf.NetDev)
+	t.Cleanup(func() {
+		f.sys.SetRDMA(vf.PCI, sysfstest.RDMA{Name: vf.RDMA, NodeGUID: vf.NodeGUID, FWVer: sysfstest.DGXFirmware,
+			Ports: []sysfstest.Port{{GID0: sysfstest.GID0(vf.PortGUID)}}})
+		f.sys.SetNetDev(vf.PCI, vf.NetDev)
+	})
+	conf := f.conf(map[string]any{"deviceID": vf.PCI})
+	if _, err := f.add(t, args(containerID, pod, "net1", stdin(t, conf, hostDeviceResult(pod, "net1")))); err != nil {
+		t.Fatalf("ADD of VF %s: %v", vf.PCI, err)
+	}
+	return vf, pod
+}
+
+// exclusiveMode loads ib_core in the fixture, in RDMA netns exclusive
+// mode, for the case.
+func (f *fixture) exclusiveMode(t *testing.T) {
+	dir := filepath.Join(f.sys.Root, "module", "ib_core")
+	if err := os.MkdirAll(filepath.Join(dir, "parameters"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f.sys.WriteFile(filepath.Join(dir, "parameters", "netns_mode"), "N")
+	t.Cleanup(func() { os.RemoveAll(dir) })
+}
+
+// hidePFRDMA takes the PF's RDMA device away for the case (a NIC without
+// RDMA); the next case gets it back.
+func (f *fixture) hidePFRDMA(t *testing.T) {
+	pf := f.sys.PFs[0]
+	f.sys.HideRDMA(pf.PCI, pf.RDMA)
+	t.Cleanup(func() {
+		f.sys.SetRDMA(pf.PCI, sysfstest.RDMA{Name: pf.RDMA, NodeGUID: pf.NodeGUID, FWVer: sysfstest.DGXFirmware,
+			Ports: []sysfstest.Port{{GID0: sysfstest.GID0(pf.NodeGUID)}}})
+	})
+}
+
+// logLines returns the plugin log's lines that hold every one of subs.
+func (f *fixture) logLines(t *testing.T, subs ...string) []string {
+	t.Helper()
+	b, err := os.ReadFile(f.logFile)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if line != "" && !slices.ContainsFunc(subs, func(s string) bool { return !strings.Contains(line, s) }) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
 // setNodeGUID changes the VF's node GUID in place, as a write to the PF's
 // VF GUID attribute shows through the VF's RDMA device.
 func (f *fixture) setNodeGUID(guid string) {

@@ -75,7 +75,7 @@ func TestAdd(t *testing.T) {
 			wantRec := &state.Record{
 				Version: state.RecordVersion, Network: network, ContainerID: ctr, IfName: "net1", Netns: f.pod.Path(),
 				PCI: f.vf.PCI, PF: f.sys.PFs[0].PCI, VFIndex: f.vf.Index, AltName: f.standIn.AltName, FoundAs: "net1",
-				MAC: vf.MAC, MTU: 1500, LinkLayer: "infiniband", NodeGUID: f.vf.NodeGUID, RDMA: []string{f.vf.RDMA},
+				MAC: vf.MAC, MTU: 1500, LinkLayer: "infiniband", NodeGUID: f.vf.NodeGUID, RDMA: []string{f.vf.RDMA}, RDMASource: "host-sysfs",
 				PortPolicy: "require", GUIDPolicy: "require", SysfsRoot: f.sys.Root,
 			}
 			if diff := cmp.Diff(wantRec, f.record(t, key(ctr, "net1")), cmpopts.IgnoreFields(state.Record{}, "Created")); diff != "" {
@@ -170,8 +170,78 @@ func TestAdd(t *testing.T) {
 			code:  plugin.ErrBadGUID, msg: func(f *fixture) []string {
 				return []string{f.vf.PCI, f.pod.Path(), "is also held by " + f.sys.PFs[1].VFs[0].PCI}
 			}},
+		// Exclusive mode: another attached VF's device sits in its pod's
+		// netns, out of the host's GUID index; its owner index says its GUID.
+		{name: "duplicate GUID of a VF whose device is in its pod (exclusive mode)", podName: "net1",
+			setup: func(t *testing.T, f *fixture) {
+				other, _ := f.attachOther(t, f.sys.PFs[1].VFs[0], "ctr-other")
+				f.sys.HideRDMA(other.PCI, other.RDMA) // rdma-cni moved it into that pod
+				f.exclusiveMode(t)
+				f.setNodeGUID(other.NodeGUID)
+			},
+			code: plugin.ErrBadGUID, msg: func(f *fixture) []string {
+				return []string{f.vf.PCI, f.pod.Path(), "node GUID " + f.sys.PFs[1].VFs[0].NodeGUID + " is also held by VF " +
+					f.sys.PFs[1].VFs[0].PCI + ", attached to container ctr-other in netns "}
+			}},
+		{name: "GUID of a VF whose pod is gone is no duplicate (exclusive mode)", podName: "net1",
+			setup: func(t *testing.T, f *fixture) {
+				other, pod := f.attachOther(t, f.sys.PFs[1].VFs[0], "ctr-other")
+				f.sys.HideRDMA(other.PCI, other.RDMA)
+				f.exclusiveMode(t)
+				f.setNodeGUID(other.NodeGUID)
+				harness.RemoveNetns(t, pod) // that pod is gone, its record not yet
+			}},
 		{name: "duplicate GUID under guidPolicy=warn", podName: "ib0", extra: map[string]any{"guidPolicy": "warn"},
 			setup: func(t *testing.T, f *fixture) { f.setNodeGUID(f.sys.PFs[1].VFs[0].NodeGUID) }},
+		// RDMA netns exclusive mode: the device moved into the pod netns, so
+		// the host's sysfs shows the VF's infiniband/ empty. Here the pod
+		// netns holds no device either: found nowhere, never skipped.
+		{name: "RDMA device found nowhere (exclusive-mode host view)", podName: "net1",
+			setup: func(t *testing.T, f *fixture) { f.sys.HideRDMA(f.vf.PCI, f.vf.RDMA) },
+			code:  plugin.ErrBadGUID, msg: func(f *fixture) []string {
+				return []string{f.vf.PCI, f.pod.Path(), "no RDMA device of it found",
+					"its PF " + f.sys.PFs[0].PCI + " has RDMA device " + f.sys.PFs[0].RDMA,
+					"host sysfs " + filepath.Join(f.sys.Root, "bus/pci/devices", f.vf.PCI, "infiniband") + ": empty",
+					"RDMA netlink: not asked, ib_core is not loaded",
+					"sysfs of netns " + f.pod.Path() + " at bus/pci/devices/" + f.vf.PCI + "/infiniband: empty"}
+			}},
+		{name: "RDMA device found nowhere under guidPolicy=warn", podName: "net1",
+			extra: map[string]any{"guidPolicy": "warn", "linkLayer": "auto"},
+			setup: func(t *testing.T, f *fixture) { f.sys.HideRDMA(f.vf.PCI, f.vf.RDMA) },
+			check: func(t *testing.T, f *fixture, _ *current.Result) {
+				warns := f.logLines(t, "level=WARN")
+				if len(warns) != 1 || !strings.Contains(warns[0], "no RDMA device found") || !strings.Contains(warns[0], f.vf.PCI) ||
+					!strings.Contains(warns[0], "netns="+f.pod.Path()) {
+					t.Errorf("want one warning naming the VF and the netns, got %d: %q", len(warns), warns)
+				}
+				if r := f.record(t, key(ctr, "net1")); len(r.RDMA) != 0 || r.NodeGUID != "" {
+					t.Errorf("record holds RDMA %v, GUID %q; want none", r.RDMA, r.NodeGUID)
+				}
+			}},
+		{name: "RDMA device found nowhere under guidPolicy=ignore", podName: "net1",
+			extra: map[string]any{"guidPolicy": "ignore", "linkLayer": "auto"},
+			setup: func(t *testing.T, f *fixture) { f.sys.HideRDMA(f.vf.PCI, f.vf.RDMA) },
+			check: func(t *testing.T, f *fixture, _ *current.Result) {
+				if warns := f.logLines(t, "level=WARN"); len(warns) != 0 {
+					t.Errorf("want no warning, got %q", warns)
+				}
+			}},
+		{name: "netdev VF: no RDMA device and nothing asks for one", podName: "net1", extra: map[string]any{"linkLayer": "auto"},
+			setup: func(t *testing.T, f *fixture) {
+				f.sys.HideRDMA(f.vf.PCI, f.vf.RDMA)
+				f.hidePFRDMA(t)
+			},
+			check: func(t *testing.T, f *fixture, _ *current.Result) {
+				if warns := f.logLines(t, "level=WARN"); len(warns) != 0 {
+					t.Errorf("want no warning, got %q", warns)
+				}
+			}},
+		{name: "VF without RDMA device where InfiniBand is configured", podName: "net1",
+			setup: func(t *testing.T, f *fixture) {
+				f.sys.HideRDMA(f.vf.PCI, f.vf.RDMA)
+				f.hidePFRDMA(t)
+			},
+			code: plugin.ErrBadGUID, msg: vfAndNetns("the configuration asks for linkLayer infiniband")},
 		{name: "port down", podName: "ib0", extra: map[string]any{"portWaitMs": 50},
 			setup: func(t *testing.T, f *fixture) { f.setPort(portDown) },
 			code:  plugin.ErrPortDown, msg: vfAndNetns("port 1 is 1: DOWN / 2: Polling", "after waiting 50ms")},
@@ -322,6 +392,18 @@ func TestCheck(t *testing.T) {
 				return []string{"MAC is 02:00:00:00:be:ef", "node GUID is a288:c2ff:fe18:ffff, expected " + f.vf.NodeGUID,
 					"MTU is 4000, expected 1500", "link layer is ethernet, expected infiniband", "port 1 is 1: DOWN / 3: Disabled"}
 			}},
+		// Without its RDMA port the link layer is the netdev's: the
+		// stand-in veth's Ethernet (a real VF's IPoIB netdev says InfiniBand).
+		{name: "RDMA device gone from every view", drift: func(t *testing.T, f *fixture) { f.sys.HideRDMA(f.vf.PCI, f.vf.RDMA) },
+			code: plugin.ErrDrift, reasons: []string{"rdma-missing", "link-layer"},
+			msg: func(f *fixture) []string {
+				return []string{"VF " + f.vf.PCI + ": its RDMA device is found nowhere",
+					"host sysfs " + filepath.Join(f.sys.Root, "bus/pci/devices", f.vf.PCI, "infiniband") + ": empty",
+					"sysfs of netns " + f.pod.Path() + " at bus/pci/devices/" + f.vf.PCI + "/infiniband: empty"}
+			}},
+		{name: "RDMA device gone under guidPolicy=ignore", drift: func(t *testing.T, f *fixture) { f.sys.HideRDMA(f.vf.PCI, f.vf.RDMA) },
+			extra: map[string]any{"guidPolicy": "ignore"}, code: plugin.ErrDrift, reasons: []string{"link-layer"},
+			msg: func(f *fixture) []string { return []string{"link layer is ethernet"} }},
 		{name: "port down under portPolicy=warn", drift: func(t *testing.T, f *fixture) { f.setPort(portDown) },
 			extra: map[string]any{"portPolicy": "warn"}},
 		{name: "record missing", drift: func(t *testing.T, f *fixture) {

@@ -84,7 +84,7 @@ func (s *Store) adoptOne(old *Store, k Key, pci string) (bool, error) {
 	moved := false
 	if _, err := s.Load(k); errors.Is(err, ErrNotFound) {
 		if owner, err := newLock.readIndex(); err == nil && (owner == "" || owner == indexFree) {
-			if err := newLock.SetOwner(k); err != nil {
+			if err := newLock.SetOwner(k, r.NodeGUID); err != nil {
 				return false, err
 			}
 		}

@@ -19,7 +19,7 @@ func saveOwned(t *testing.T, s *Store, r *Record) {
 		t.Fatal(err)
 	}
 	defer l.Unlock()
-	if err := l.SetOwner(r.Key()); err != nil {
+	if err := l.SetOwner(r.Key(), ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Save(r); err != nil {
@@ -64,7 +64,7 @@ func TestAdoptMovesOneNetworksRecords(t *testing.T) {
 	// longer does.
 	assertClaims(t, cur, a1.PCI, a1)
 	assertClaims(t, old, a1.PCI)
-	assertIndex(t, cur, a1.PCI, indexOwner+fileName(a1.Key()))
+	assertIndex(t, cur, a1.PCI, indexOwner+fileName(a1.Key())+" guid "+a1.NodeGUID)
 	assertIndex(t, old, a1.PCI, indexFree)
 	// A hashed name of another network ("ib-a" + x…) and network b stay.
 	for _, r := range []*Record{a2, b1} {

@@ -46,17 +46,21 @@ type Record struct {
 	AltName      string `json:"altName"`
 	// AddedAltName is true when ADD added the altname (DEL then removes it,
 	// returning the device as it came).
-	AddedAltName bool      `json:"addedAltName,omitempty"`
-	FoundAs      string    `json:"foundAs,omitempty"` // the name the VF had when ADD found it
-	MAC          string    `json:"mac"`
-	MTU          int       `json:"mtu"`
-	LinkLayer    string    `json:"linkLayer"` // "infiniband" or "ethernet"
-	NodeGUID     string    `json:"nodeGUID,omitempty"`
-	RDMA         []string  `json:"rdma,omitempty"`
-	PortPolicy   string    `json:"portPolicy"`
-	GUIDPolicy   string    `json:"guidPolicy"`
-	SysfsRoot    string    `json:"sysfsRoot"`
-	Created      time.Time `json:"created"`
+	AddedAltName bool     `json:"addedAltName,omitempty"`
+	FoundAs      string   `json:"foundAs,omitempty"` // the name the VF had when ADD found it
+	MAC          string   `json:"mac"`
+	MTU          int      `json:"mtu"`
+	LinkLayer    string   `json:"linkLayer"` // "infiniband" or "ethernet"
+	NodeGUID     string   `json:"nodeGUID,omitempty"`
+	RDMA         []string `json:"rdma,omitempty"`
+	// RDMASource is where ADD found the RDMA devices (rdma.Source:
+	// host-sysfs, netns-netlink, netns-sysfs); empty without any and in
+	// records of earlier releases.
+	RDMASource string    `json:"rdmaSource,omitempty"`
+	PortPolicy string    `json:"portPolicy"`
+	GUIDPolicy string    `json:"guidPolicy"`
+	SysfsRoot  string    `json:"sysfsRoot"`
+	Created    time.Time `json:"created"`
 }
 
 // Key is the identity of an attachment: network, container and ifname.
@@ -383,7 +387,7 @@ func (l *VFLock) Claims(pci string, self Key) ([]*Record, error) {
 	if line == indexFree {
 		return nil, nil
 	}
-	if name, ok := strings.CutPrefix(line, indexOwner); ok && strings.HasSuffix(name, ".json") && !strings.ContainsAny(name, "/ ") {
+	if name, _, ok := parseOwner(line); ok {
 		r, err := readRecord(filepath.Join(l.s.recordDir(), name))
 		switch {
 		case errors.Is(err, ErrNotFound):
@@ -400,6 +404,23 @@ func (l *VFLock) Claims(pci string, self Key) ([]*Record, error) {
 	return l.s.Claims(pci, self)
 }
 
+// parseOwner reads an owner index line: "owner <record file>", with
+// " guid <node GUID>" after it when ADD recorded one.
+func parseOwner(line string) (file, guid string, ok bool) {
+	f := strings.Split(line, " ")
+	switch {
+	case len(f) == 2 && f[0] == "owner":
+	case len(f) == 4 && f[0] == "owner" && f[2] == "guid" && f[3] != "":
+		guid = f[3]
+	default:
+		return "", "", false
+	}
+	if !strings.HasSuffix(f[1], ".json") || strings.Contains(f[1], "/") {
+		return "", "", false
+	}
+	return f[1], guid, true
+}
+
 // Claims reads every record and returns those of the VF pci other than
 // self's.
 func (s *Store) Claims(pci string, self Key) ([]*Record, error) {
@@ -414,9 +435,18 @@ func (s *Store) Claims(pci string, self Key) ([]*Record, error) {
 }
 
 // SetOwner indexes k's record as the VF's owner. ADD calls it before
-// saving the record.
-func (l *VFLock) SetOwner(k Key) error {
-	return l.writeIndex(indexOwner + fileName(k))
+// saving the record, with the VF's node GUID when it has one ("" for
+// none): in RDMA netns exclusive mode the device of an attached VF is not
+// in the host's sysfs, and OwnerGUIDs is where ADD finds its GUID.
+func (l *VFLock) SetOwner(k Key, guid string) error {
+	line := indexOwner + fileName(k)
+	if guid != "" {
+		if strings.ContainsAny(guid, " \n") {
+			return fmt.Errorf("index VF owner: GUID %q holds a space", guid)
+		}
+		line += " guid " + guid
+	}
+	return l.writeIndex(line)
 }
 
 // Free clears the index if it names k. DEL calls it after removing k's
@@ -425,10 +455,62 @@ func (l *VFLock) SetOwner(k Key) error {
 // so claims keep reading every record.
 func (l *VFLock) Free(k Key) error {
 	line, err := l.readIndex()
-	if err != nil || line != indexOwner+fileName(k) {
+	if err != nil {
 		return err
 	}
+	if name, _, ok := parseOwner(line); !ok || name != fileName(k) {
+		return nil
+	}
 	return l.writeIndex(indexFree)
+}
+
+// OwnerGUID is a VF's owner as its lock file indexes it, with the node
+// GUID ADD recorded.
+type OwnerGUID struct {
+	PCI, GUID string
+	record    string // the owner's record file
+}
+
+// OwnerGUIDs reads, without taking the locks, the owner index of every VF
+// lock that names an owner with a node GUID. A line torn by a concurrent
+// write or an unreadable file is left out: the caller confirms a match with
+// Owner before acting on it.
+// Equivalent to: head -c 256 locks/*.lock
+func (s *Store) OwnerGUIDs() ([]OwnerGUID, error) {
+	entries, err := os.ReadDir(s.lockDir())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list VF locks: %w", err)
+	}
+	var out []OwnerGUID
+	buf := make([]byte, indexSize)
+	for _, e := range entries {
+		pci, ok := strings.CutSuffix(e.Name(), ".lock")
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(s.lockDir(), e.Name()), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+		if err != nil {
+			continue
+		}
+		n, _ := f.ReadAt(buf, 0)
+		f.Close()
+		if n != indexSize || buf[indexSize-1] != '\n' {
+			continue
+		}
+		name, guid, ok := parseOwner(strings.TrimRight(string(buf[:indexSize-1]), " "))
+		if ok && guid != "" {
+			out = append(out, OwnerGUID{PCI: pci, GUID: guid, record: name})
+		}
+	}
+	return out, nil
+}
+
+// Owner reads the record an owner index names.
+func (s *Store) Owner(o OwnerGUID) (*Record, error) {
+	return readRecord(filepath.Join(s.recordDir(), o.record))
 }
 
 // writeIndex writes line padded to indexSize. Lines are short: a record's

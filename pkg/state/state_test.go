@@ -500,7 +500,7 @@ func own(t *testing.T, s *Store, r *Record) {
 		t.Fatalf("LockVF: %v", err)
 	}
 	defer l.Unlock()
-	if err := l.SetOwner(r.Key()); err != nil {
+	if err := l.SetOwner(r.Key(), ""); err != nil {
 		t.Fatalf("SetOwner: %v", err)
 	}
 	if err := s.Save(r); err != nil {
@@ -572,7 +572,7 @@ func TestVFOwnerIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.SetOwner(a.Key()); err != nil {
+	if err := l.SetOwner(a.Key(), ""); err != nil {
 		t.Fatal(err)
 	}
 	l.Unlock()

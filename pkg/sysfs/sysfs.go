@@ -46,6 +46,10 @@ type Port struct {
 	State     PortState
 	PhysState PhysState
 	LinkLayer string // "InfiniBand" or "Ethernet" as the kernel writes it
+	// GUID is the port GUID: the interface ID of GID 0 (gids/0, after the
+	// subnet prefix); 0 when GID 0 is unset or could not be read (the
+	// kernel shows an unset entry as all zeros).
+	GUID GUID
 }
 
 // Active reports whether the port can pass traffic: logical state ACTIVE
@@ -63,7 +67,21 @@ func (r Reader) PCIPath(addr string, elem ...string) string { return r.pciPath(a
 
 // ReadVF collects the facts about the PCI function addr. A device without an
 // infiniband/ directory is a plain netdev VF: RDMA is empty, not an error.
+// RDMA is only what the host's sysfs shows: in RDMA netns exclusive mode a
+// VF's device may live in its pod's netns (package rdma looks there).
 func (r Reader) ReadVF(addr string) (*VF, error) {
+	vf, err := r.ReadFunction(addr)
+	if err != nil {
+		return nil, err
+	}
+	if vf.RDMA, err = r.RDMADevices(addr); err != nil {
+		return nil, err
+	}
+	return vf, nil
+}
+
+// ReadFunction is ReadVF without the RDMA devices: the PF and the index.
+func (r Reader) ReadFunction(addr string) (*VF, error) {
 	path := r.pciPath(addr)
 	switch _, err := os.Stat(path); {
 	case errors.Is(err, fs.ErrNotExist):
@@ -81,11 +99,6 @@ func (r Reader) ReadVF(addr string) (*VF, error) {
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("read physfn of %s: %w", addr, err)
 	}
-	rdma, err := r.RDMADevices(addr)
-	if err != nil {
-		return nil, err
-	}
-	vf.RDMA = rdma
 	return vf, nil
 }
 
@@ -234,6 +247,9 @@ func readPort(dir, num string) (Port, error) {
 	}
 	if p.LinkLayer, err = ReadAttr(filepath.Join(path, "link_layer")); err != nil {
 		return p, err
+	}
+	if raw, err := ReadAttr(filepath.Join(path, "gids", "0")); err == nil {
+		p.GUID, _ = ParseGIDInterfaceID(raw)
 	}
 	return p, nil
 }

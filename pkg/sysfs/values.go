@@ -43,6 +43,23 @@ func ParseGUID(s string) (GUID, error) {
 	return GUID(v), nil
 }
 
+// ParseGIDInterfaceID reads a GID as sysfs writes it
+// ("fe80:0000:0000:0000:a288:c2ff:fe18:0000") and returns its interface ID,
+// the last 64 bits: the port GUID for an InfiniBand port's GID 0.
+func ParseGIDInterfaceID(s string) (GUID, error) {
+	s = strings.TrimSpace(s)
+	groups := strings.Split(s, ":")
+	if len(groups) != 8 {
+		return 0, fmt.Errorf("GID %q: want 8 groups of 4 hex digits", s)
+	}
+	for _, g := range groups {
+		if len(g) != 4 {
+			return 0, fmt.Errorf("GID %q: want 8 groups of 4 hex digits", s)
+		}
+	}
+	return ParseGUID(strings.Join(groups[4:], ""))
+}
+
 // Logical port states (ports/N/state).
 const (
 	PortDown        = 1

@@ -120,6 +120,10 @@ func FallbackName(pci string) string {
 // Netns is the path the handle was opened in.
 func (h *Handle) Netns() string { return h.path }
 
+// NS is the handle's network namespace, to run code in it (ns.NetNS.Do);
+// nil for a handle of the caller's own netns (OpenHere).
+func (h *Handle) NS() ns.NetNS { return h.ns }
+
 // Method says how a VF was found.
 type Method string
 

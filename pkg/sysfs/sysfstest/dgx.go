@@ -123,6 +123,17 @@ func (t *Tree) RemoveNetDev(addr, name string) {
 	t.remove(filepath.Join(t.Root, "class", "net", name))
 }
 
+// HideRDMA makes the host's view of an RDMA device the one RDMA netns
+// exclusive mode gives once the device moved into a pod's netns (rdma-cni,
+// ib-sriov-cni's rdmaIsolation): the function's infiniband/ directory
+// stays, empty, and class/infiniband no longer lists the device. SetRDMA
+// brings it back.
+func (t *Tree) HideRDMA(addr, rdma string) {
+	t.tb.Helper()
+	t.remove(t.RDMAPath(addr, rdma))
+	t.remove(filepath.Join(t.Root, "class", "infiniband", rdma))
+}
+
 // RenameNetDev renames a host netdev entry.
 func (t *Tree) RenameNetDev(addr, from, to string) {
 	t.tb.Helper()

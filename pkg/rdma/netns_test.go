@@ -1,0 +1,112 @@
+package rdma
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/vishvananda/netlink"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
+)
+
+// requireRoot skips a test that needs network namespaces when not root,
+// and fails it in CI, which runs as root and must not skip it.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	const why = "needs root: makes network namespaces and sysfs instances in them"
+	if os.Getenv("CI") != "" {
+		t.Fatal(why + "; CI runs as root and must not skip it")
+	}
+	t.Skip(why + " (CI runs as root and must not skip it)")
+}
+
+func newNetns(t *testing.T) ns.NetNS {
+	t.Helper()
+	n, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		n.Close()
+		if err := testutils.UnmountNS(n); err != nil {
+			t.Errorf("unmount netns: %v", err)
+		}
+	})
+	return n
+}
+
+// TestNetnsSysfsShowsItsNetns proves the mechanism the exclusive-mode
+// lookup rests on: a sysfs instance whose context was made inside a netns
+// shows that netns's network-namespaced classes (here class/net: a link
+// made there, none of the host's), from whatever thread reads it, without
+// mounting anything in any mount namespace. infiniband is namespaced the
+// same way; the lab shows it with a real RDMA device.
+func TestNetnsSysfsShowsItsNetns(t *testing.T) {
+	requireRoot(t)
+	pod := newNetns(t)
+	const name = "sysfsprobe0"
+	err := pod.Do(func(ns.NetNS) error {
+		return netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fsfd int
+	var ferr error
+	if err := pod.Do(func(ns.NetNS) error { fsfd, ferr = openSysfsContext(); return nil }); err != nil || ferr != nil {
+		t.Fatalf("make a sysfs context in the netns: %v, %v", err, ferr)
+	}
+	mount, err := mountContext(fsfd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mount.Close()
+	root := fmt.Sprintf("/proc/self/fd/%d", mount.Fd())
+	entries, err := os.ReadDir(root + "/class/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if strings.Join(names, " ") != "lo "+name+" "+name+"p" {
+		t.Errorf("the netns's sysfs lists class/net %v, want lo and the veth pair made there", names)
+	}
+	if _, err := os.Stat("/sys/class/net/" + name); err == nil {
+		t.Errorf("the host's sysfs shows %s too", name)
+	}
+	// Read-only: a write into it fails.
+	if err := os.WriteFile(root+"/class/net/"+name+"/mtu", []byte("1400"), 0); err == nil {
+		t.Error("a write through the netns's sysfs instance succeeded; it is mounted read-only")
+	}
+}
+
+// TestFindInNetns runs the exclusive-mode path end to end on a netns that
+// holds no RDMA device: the host's view is empty, the PF says the VF has a
+// device, so the netns is searched and every place is named.
+func TestFindInNetns(t *testing.T) {
+	requireRoot(t)
+	tree, pf, vf0, _ := node(t)
+	tree.HideRDMA(vf0, "mlx5_10")
+	pod := newNetns(t)
+	l, err := Finder{Sys: sysfs.Reader{Root: tree.Root}}.Find(VF{PCI: vf0, PF: pf, Netns: pod, NetnsPath: pod.Path(), IfIndex: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	want := "sysfs of netns " + pod.Path() + " at bus/pci/devices/" + vf0 + "/infiniband: empty"
+	if len(l.Devices) != 0 || len(l.Looked) != 3 || l.Looked[2] != want {
+		t.Errorf("devices %+v, looked %q; want none and %q last", l.Devices, l.Looked, want)
+	}
+	if l.mount != nil {
+		t.Error("the netns's sysfs instance is kept open though nothing was found in it")
+	}
+}
