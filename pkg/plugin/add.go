@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -433,7 +434,7 @@ func (p *Plugin) guidProblem(a *attachment) string {
 	}
 	idx, err := a.guids()
 	if err == nil && a.saved {
-		if _, other := duplicate(idx, a); other != "" {
+		if _, other := p.duplicate(idx, a); other != "" {
 			// Fail a pod start on what the node holds now, not on what
 			// it held when the index was saved.
 			idx, err = p.scanGUIDs()
@@ -442,7 +443,7 @@ func (p *Plugin) guidProblem(a *attachment) string {
 	if err != nil {
 		return fmt.Sprintf("cannot list the node's GUIDs for the duplicate check: %v", err)
 	}
-	if d, other := duplicate(idx, a); other != "" {
+	if d, other := p.duplicate(idx, a); other != "" {
 		return fmt.Sprintf("%s node GUID %s is also held by %s (duplicate GUIDs break the fabric)", d.Name, d.NodeGUID, p.sys.DevicePCI(other))
 	}
 	if d, other := p.attachedDuplicate(a); other != "" {
@@ -491,12 +492,21 @@ func podOf(rec *state.Record) string {
 
 // duplicate finds an RDMA device of the VF whose node GUID another device
 // of the node holds too, and names that other device; "" when none does.
-func duplicate(idx *sysfs.GUIDIndex, a *attachment) (rdma.Device, string) {
+// The index is the host's: an entry is one of ours when it is a device
+// found in the host's sysfs, or, in shared mode (where a device has one
+// name on the whole node), one of the same name found elsewhere (a
+// soft-RoCE device found by its netdev). In exclusive mode a device in a
+// pod is not in the index, and an entry of the same name is another one.
+func (p *Plugin) duplicate(idx *sysfs.GUIDIndex, a *attachment) (rdma.Device, string) {
+	exclusive := sync.OnceValue(rdma.Finder{Sys: p.sys}.ExclusiveMode)
+	ours := func(name string) bool {
+		return slices.ContainsFunc(a.rdma.Devices, func(own rdma.Device) bool {
+			return own.Name == name && (own.Source == rdma.HostSysfs || !exclusive())
+		})
+	}
 	for _, d := range a.rdma.Devices {
 		for _, name := range idx.Holders(d.NodeGUID) {
-			// The index is the host's: a device of ours found elsewhere
-			// is not in it, and a host device sharing its name is another.
-			if !slices.ContainsFunc(a.rdma.Devices, func(own rdma.Device) bool { return own.Source == rdma.HostSysfs && own.Name == name }) {
+			if !ours(name) {
 				return d, name
 			}
 		}

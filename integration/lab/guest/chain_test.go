@@ -67,6 +67,10 @@ func newEnv(t *testing.T) *env {
 type opts struct {
 	cniVersion string         // default cniVersion
 	plugin     map[string]any // extra keys for the sriov-stable-cni entry
+	// isolate chains rdma-isolate after host-device: the VF's RDMA device
+	// moves into the pod netns, as rdma-cni (or ib-sriov-cni's
+	// rdmaIsolation) moves it in RDMA netns exclusive mode.
+	isolate bool
 }
 
 // netConf is the conflist a NetworkAttachmentDefinition would hold for an
@@ -88,13 +92,14 @@ func (e *env) netConf(v vf, o opts) map[string]any {
 		"portWaitMs":   labPortWaitMs,
 	}
 	maps.Copy(ours, o.plugin)
+	plugins := []any{map[string]any{"type": "host-device", "deviceID": v.PCI, "pciBusID": v.PCI}}
+	if o.isolate {
+		plugins = append(plugins, map[string]any{"type": "rdma-isolate", "deviceID": v.PCI, "pciBusID": v.PCI})
+	}
 	return map[string]any{
 		"cniVersion": ver,
 		"name":       networkName,
-		"plugins": []any{
-			map[string]any{"type": "host-device", "deviceID": v.PCI, "pciBusID": v.PCI},
-			ours,
-		},
+		"plugins":    append(plugins, ours),
 	}
 }
 
