@@ -28,6 +28,13 @@ LOG=$WORK/guest.log
 TIMEOUT=${LAB_TIMEOUT:-1200}
 # Modules the guest loads at boot; their dependencies are resolved with modinfo.
 MODULES=(virtio_pci 9pnet_virtio 9p igbvf igb veth)
+# Modules staged for the scenarios to load themselves (never at boot): the
+# RDMA core and Soft-RoCE. The lab's own sst_ib.ko (ibtest/) goes to extra/
+# next to them.
+STAGED_MODULES=(ib_core ib_uverbs rdma_rxe)
+# Staged when the kernel has them as modules: 6.1's rdma_rxe fails
+# `rdma link add` with ENOENT unless crc32_generic is loadable.
+OPTIONAL_MODULES=(crc32_generic)
 # The backports archive of the host's Debian release (bookworm on this machine kind).
 CODENAME=$(. /etc/os-release && printf '%s' "${VERSION_CODENAME:-bookworm}")
 BACKPORTS_LINE="deb http://deb.debian.org/debian $CODENAME-backports main"
@@ -83,7 +90,9 @@ qemu_release() {
 
 install_packages() {
 	local need=() p release
-	for p in busybox-static kmod cpio iproute2 xz-utils; do
+	# make, gcc-12 (the compiler Debian built the lab kernel with) and
+	# libelf1 (the kernel headers' objtool) build the sst_ib module.
+	for p in busybox-static kmod cpio iproute2 xz-utils make gcc-12 libelf1; do
 		installed "$p" || need+=("$p")
 	done
 	if [ ${#need[@]} -eq 0 ] && qemu_has_igb; then say "packages already installed"; return 0; fi
@@ -143,6 +152,65 @@ fetch_kernel() {
 }
 
 # ------------------------------------------------------------------ build ---
+
+# fetch_headers unpacks the lab kernel's build tree under the cache: Debian's
+# linux-headers-$KVER, the -common package and linux-kbuild it depends on
+# (names and versions read from its Depends), unpacked with dpkg -x, the
+# arch package's absolute include of the common tree pointed at the copy.
+# Sets HDIR to the tree to pass to make -C.
+fetch_headers() {
+	local dir=$CACHE/headers/$KVER arch=linux-headers-$KVER deps dep name rel ver want=()
+	HDIR=$dir/root/usr/src/$arch
+	[ -e "$dir/.complete" ] && return 0
+	say "fetching kernel headers $arch"
+	apt_update_once
+	rm -rf "$dir" "$dir.tmp" && mkdir -p "$dir.tmp"
+	(cd "$dir.tmp" && apt_private download "$arch" >/dev/null) ||
+		die "apt-get download $arch failed (the sst_ib module needs the lab kernel's headers)"
+	deps=$(dpkg-deb -f "$dir.tmp"/"$arch"_*.deb Depends)
+	# Depends: linux-headers-6.1.0-57-common (= 6.1.192-3), linux-kbuild-6.1 (>= 6.1.192-3), ...
+	while read -r name rel ver; do
+		case $name in
+		linux-headers-*-common | linux-kbuild-*)
+			ver=${ver%)}
+			if [ "$rel" = "(=" ]; then want+=("$name=$ver"); else want+=("$name"); fi
+			;;
+		esac
+	done < <(printf '%s\n' "$deps" | tr ',' '\n' | sed 's/^ *//')
+	[ ${#want[@]} -eq 2 ] || die "$arch depends on '$deps': expected one -common and one linux-kbuild package"
+	(cd "$dir.tmp" && apt_private download "${want[@]}" >/dev/null) || die "apt-get download ${want[*]} failed"
+	for dep in "$dir.tmp"/*.deb; do
+		dpkg -x "$dep" "$dir.tmp/root" || die "cannot unpack $dep"
+	done
+	rm -f "$dir.tmp"/*.deb
+	# The arch tree's Makefile is one line: include /usr/src/linux-headers-<abi>-common/Makefile
+	sed -i "s|^include /usr/src/|include $dir/root/usr/src/|" "$dir.tmp/root/usr/src/$arch/Makefile"
+	touch "$dir.tmp/.complete" && mv "$dir.tmp" "$dir"
+}
+
+# build_ib_module builds the lab's test InfiniBand provider, ibtest/sst_ib.c,
+# for the lab kernel. The .ko is cached under a key of its sources and KVER,
+# so a warm run neither fetches headers nor compiles. Sets IB_MODULE.
+build_ib_module() {
+	local src=$LAB_DIR/ibtest key out tmp=$WORK/ibtest t0
+	key=$({ printf '%s\n' "$KVER"; cat "$src/Kbuild" "$src"/*.c; } | sha256sum | cut -c1-16)
+	out=$CACHE/ibtest/sst_ib-$KVER-$key.ko
+	IB_MODULE=$out
+	[ -s "$out" ] && return 0
+	t0=$(now)
+	fetch_headers
+	rm -rf "$tmp" && mkdir -p "$tmp" "$CACHE/ibtest"
+	cp "$src/Kbuild" "$src"/*.c "$tmp/"
+	# No BTF for a test module: it would need pahole (dwarves) on newer kernels.
+	make -C "$HDIR" M="$tmp" CONFIG_DEBUG_INFO_BTF_MODULES= modules >"$WORK/ibtest.log" 2>&1 ||
+		{ cat "$WORK/ibtest.log" >&2; die "building sst_ib for $KVER failed"; }
+	if grep -q 'warning:' "$WORK/ibtest.log"; then
+		cat "$WORK/ibtest.log" >&2
+		die "sst_ib builds with warnings for $KVER"
+	fi
+	cp "$tmp/sst_ib.ko" "$out.tmp" && mv "$out.tmp" "$out"
+	say "built sst_ib.ko for $KVER in $(elapsed "$t0" "$(now)")s (cached afterwards)"
+}
 
 build_plugins() {
 	make -C "$ROOT" --no-print-directory build >"$WORK/build.log" 2>&1 ||
@@ -208,9 +276,12 @@ module_closure() {
 }
 
 stage_modules() {
-	local stage=$1 index=$WORK/modules.index path rel dst
+	local stage=$1 index=$WORK/modules.index path rel dst m optional=()
 	module_index >"$index"
-	module_closure "$index" "${MODULES[@]}" | while read -r path; do
+	for m in "${OPTIONAL_MODULES[@]}"; do
+		awk -v m="$m" '$1 == m { found = 1 } END { exit !found }' "$index" && optional+=("$m")
+	done
+	module_closure "$index" "${MODULES[@]}" "${STAGED_MODULES[@]}" "${optional[@]}" | while read -r path; do
 		rel=${path#"$KROOT/lib/modules/$KVER/"}
 		dst=$stage/lib/modules/$KVER/${rel%.xz}
 		dst=${dst%.zst}
@@ -221,6 +292,7 @@ stage_modules() {
 		*) cp "$path" "$dst" ;;
 		esac
 	done
+	install -D -m 0644 "$IB_MODULE" "$stage/lib/modules/$KVER/extra/sst_ib.ko"
 	cp "$KROOT/lib/modules/$KVER"/modules.{order,builtin,builtin.modinfo} "$stage/lib/modules/$KVER/"
 	depmod -b "$stage" "$KVER" || die "depmod failed"
 }
@@ -244,6 +316,8 @@ build_initramfs() {
 	# busybox's own ip applet knows neither altnames nor parentdev.
 	rm -f "$stage/sbin/ip" "$stage/bin/ip"
 	stage_binary "$stage" "$(command -v ip)" sbin/ip
+	# iproute2's rdma: rdma dev, rdma link add ... type rxe, rdma system set netns.
+	stage_binary "$stage" "$(command -v rdma)" sbin/rdma
 	mkdir -p "$stage/var" && ln -s ../run "$stage/var/run"
 	stage_modules "$stage"
 	install -m 0755 "$LAB_DIR/init.sh" "$stage/init"
@@ -321,6 +395,7 @@ main() {
 	build_plugins
 	build_multus
 	build_guest_tests
+	build_ib_module
 	build_initramfs
 	t2=$(now)
 	say "phase boot"

@@ -177,8 +177,12 @@ func waitCarrier(path string, v vf, want bool, timeout time.Duration) error {
 
 // restoreLab is every scenario's last cleanup: PFs up, every VF back in the
 // root netns (a VF missing there is a leak and fails the scenario), kernel
-// names and altnames as they were at setup, every VF warmed up again.
+// names and altnames as they were at setup, every VF warmed up again, and
+// the lab's fake InfiniBand provider unloaded.
 func restoreLab(t testing.TB) {
+	if moduleLoaded("sst_ib") {
+		t.Errorf("hygiene: sst_ib is still loaded; a scenario that loads it must unload it")
+	}
 	for _, p := range theLab.PFs {
 		if err := setLinkUp(rootNetns, p.Link, true); err != nil {
 			t.Errorf("hygiene: PF %s up: %v", p.Link, err)
