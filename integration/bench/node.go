@@ -132,6 +132,7 @@ type slot struct {
 	vf      sysfstest.DGXVF
 	standIn *harness.StandIn
 	pod     ns.NetNS
+	sysRoot string // a fixture sysfs of the slot's own (see alone); "" for the node's
 }
 
 func (n *node) newSlot() *slot {
@@ -185,6 +186,35 @@ func (n *node) oursConf(s *slot) map[string]any {
 func (n *node) oursScanConf(s *slot) map[string]any {
 	m := n.oursConf(s)
 	m["stateDir"] = n.scanDir
+	return m
+}
+
+// alone gives the slot's VF a fixture sysfs of its own holding only it and
+// its PF, with no RDMA device under the VF: with rdmaPF the PF has one, so
+// the VF is one that must have one too and ADD looks for it in the pod
+// netns (the host's view of RDMA netns exclusive mode, the device moved
+// into the pod); without, nothing says it has one and ADD does not look.
+// The two chains differ in that search alone.
+func (n *node) alone(rdmaPF bool) func(*slot) {
+	return func(s *slot) {
+		t := sysfstest.New(tmpfsTB{n.tb, mountTmpfs(n.tb, "sys-"+s.vf.PCI)})
+		pf := sysfstest.Device{}
+		if rdmaPF {
+			pf.RDMA = &sysfstest.RDMA{Name: "mlx5_0", NodeGUID: "a088:c203:0018:1000"}
+		}
+		pfAddr := s.vf.PCI[:len(s.vf.PCI)-4] + "00.0"
+		t.AddPF(pfAddr, 16, pf)
+		t.AddVF(pfAddr, s.vf.Index, s.vf.PCI, sysfstest.Device{})
+		s.sysRoot = t.Root
+	}
+}
+
+// oursAloneConf is oursConf over the slot's own fixture sysfs. The pod
+// netns holds no RDMA device here (this host has no RDMA stack), so
+// guidPolicy ignore lets ADD go on past the search without logging.
+func (n *node) oursAloneConf(s *slot) map[string]any {
+	m := n.oursConf(s)
+	m["sysfsRoot"], m["guidPolicy"] = s.sysRoot, "ignore"
 	return m
 }
 
@@ -260,19 +290,25 @@ func serialRounds(tb *harness.ProgramTB, n *node, o options) *serialResult {
 		name, second string
 		conf         func(*slot) map[string]any
 		beforeADD    func()
+		setup        func(*slot) // prepares the slot's VF, once
 	}
 	specs := []spec{
-		{"host-device", "", nil, nil},
-		{"tuning", tuning, n.tuningConf, nil},
-		{"floor", floor, n.floorConf, nil},
-		{"ours", ours, n.oursConf, nil},
-		{"ours-scan", ours, n.oursScanConf, n.removeGUIDIndex},
+		{"host-device", "", nil, nil, nil},
+		{"tuning", tuning, n.tuningConf, nil, nil},
+		{"floor", floor, n.floorConf, nil, nil},
+		{"ours", ours, n.oursConf, nil, nil},
+		{"ours-scan", ours, n.oursScanConf, n.removeGUIDIndex, nil},
+		{"ours-exclusive", ours, n.oursAloneConf, nil, n.alone(true)},
+		{"ours-plain", ours, n.oursAloneConf, nil, n.alone(false)},
 	}
 	if o.baseline != "" {
-		specs = append(specs, spec{"baseline", ourBaseline, n.baselineConf, nil})
+		specs = append(specs, spec{"baseline", ourBaseline, n.baselineConf, nil, nil})
 	}
 	for _, spec := range specs {
 		s := n.newSlot()
+		if spec.setup != nil {
+			spec.setup(s)
+		}
 		plugins := []map[string]any{n.hostDeviceConf(s)}
 		if spec.conf != nil {
 			plugins = append(plugins, spec.conf(s))

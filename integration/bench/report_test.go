@@ -8,7 +8,7 @@ import (
 
 // fakeReport is a report whose plugins took the given wall times (ms) for
 // every ADD and CHECK, and whose bursts had the given chain latencies.
-func fakeReport(tuningMs, floorMs, oursMs float64, hdBurst, oursBurst []time.Duration, burstFails int) *report {
+func fakeReport(tuningMs, floorMs, oursMs, exclusiveMs float64, hdBurst, oursBurst []time.Duration, burstFails int) *report {
 	samples := func(msec float64) map[string][]execSample {
 		m := map[string][]execSample{}
 		for _, verb := range verbs {
@@ -24,6 +24,8 @@ func fakeReport(tuningMs, floorMs, oursMs float64, hdBurst, oursBurst []time.Dur
 			{name: "tuning", execs: samples(tuningMs)},
 			{name: "floor", execs: samples(floorMs)},
 			{name: "ours", execs: samples(oursMs)},
+			{name: "ours-exclusive", execs: samples(exclusiveMs)},
+			{name: "ours-plain", execs: samples(oursMs)},
 		}},
 		parallel: []*parallelResult{
 			{name: "host-device", addLatency: hdBurst},
@@ -47,6 +49,7 @@ func TestTargets(t *testing.T) {
 	for _, tc := range []struct {
 		name                string
 		tuning, floor, ours float64
+		exclusive           float64 // 0: ours + 0.5 ms
 		oursBurst           []time.Duration
 		fails               int
 		missed              []string
@@ -60,9 +63,15 @@ func TestTargets(t *testing.T) {
 			missed: []string{"burst p99 of [host-device, ours] ≤ 1.1× [host-device]'s"}},
 		{name: "burst failure", tuning: 3, floor: 2.5, ours: 3, oursBurst: hd, fails: 1,
 			missed: []string{"4 parallel ADDs: 0 failures"}},
+		{name: "exclusive mode at its bound", tuning: 3, floor: 2.5, ours: 3, exclusive: 4, oursBurst: hd},
+		{name: "exclusive mode over its bound", tuning: 3, floor: 2.5, ours: 3, exclusive: 4.01, oursBurst: hd,
+			missed: []string{"the exclusive-mode search adds ≤ 1 ms to ADD (upper end of the 90% CI)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := fakeReport(tc.tuning, tc.floor, tc.ours, hd, tc.oursBurst, tc.fails)
+			if tc.exclusive == 0 {
+				tc.exclusive = tc.ours + 0.5
+			}
+			r := fakeReport(tc.tuning, tc.floor, tc.ours, tc.exclusive, hd, tc.oursBurst, tc.fails)
 			var missed []string
 			for _, tg := range r.targets() {
 				if !tg.ok {

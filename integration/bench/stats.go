@@ -43,31 +43,47 @@ func ratio(a, b time.Duration) float64 {
 }
 
 // ratioCI is a 90% bootstrap confidence interval of median(a)/median(b)
-// for two series measured round by round: each resample draws rounds with
-// replacement and keeps a round's two samples together, so load that
-// drifted over the run stays paired as it was measured. It says whether a
-// ratio near a target is the plugin or the machine's noise.
+// for two series measured round by round (see bootstrapCI). It says
+// whether a ratio near a target is the plugin or the machine's noise.
 func ratioCI(a, b []time.Duration, seed uint64) (lo, hi float64) {
+	return bootstrapCI(a, b, seed, func(ma, mb time.Duration) (float64, bool) {
+		r := ratio(ma, mb)
+		return r, r > 0
+	})
+}
+
+// diffCI is a 90% bootstrap confidence interval of median(a) - median(b).
+func diffCI(a, b []time.Duration, seed uint64) (lo, hi time.Duration) {
+	l, h := bootstrapCI(a, b, seed, func(ma, mb time.Duration) (float64, bool) { return float64(ma - mb), true })
+	return time.Duration(l), time.Duration(h)
+}
+
+// bootstrapCI is a 90% bootstrap confidence interval of stat(median(a),
+// median(b)) for two series measured round by round: each resample draws
+// rounds with replacement and keeps a round's two samples together, so
+// load that drifted over the run stays paired as it was measured. stat's
+// false drops a resample (a ratio over nothing).
+func bootstrapCI(a, b []time.Duration, seed uint64, stat func(ma, mb time.Duration) (float64, bool)) (lo, hi float64) {
 	n := min(len(a), len(b))
 	if n == 0 {
 		return 0, 0
 	}
 	const resamples = 2000
 	rng := rand.New(rand.NewPCG(seed, 11))
-	ratios := make([]float64, 0, resamples)
+	stats := make([]float64, 0, resamples)
 	ra, rb := make([]time.Duration, n), make([]time.Duration, n)
 	for range resamples {
 		for i := range n {
 			k := rng.IntN(n)
 			ra[i], rb[i] = a[k], b[k]
 		}
-		if r := ratio(median(ra), median(rb)); r > 0 {
-			ratios = append(ratios, r)
+		if v, ok := stat(median(ra), median(rb)); ok {
+			stats = append(stats, v)
 		}
 	}
-	if len(ratios) == 0 {
+	if len(stats) == 0 {
 		return 0, 0
 	}
-	slices.Sort(ratios)
-	return ratios[len(ratios)*5/100], ratios[len(ratios)*95/100]
+	slices.Sort(stats)
+	return stats[len(stats)*5/100], stats[len(stats)*95/100]
 }

@@ -34,3 +34,22 @@ func TestRatioCI(t *testing.T) {
 		t.Errorf("no samples: %v–%v, want 0–0", lo, hi)
 	}
 }
+
+func TestDiffCI(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	var a, b []time.Duration
+	for range 200 {
+		load := time.Duration(rng.IntN(2000)) * time.Microsecond
+		base := 3*time.Millisecond + load
+		b = append(b, base+time.Duration(rng.NormFloat64()*100)*time.Microsecond)
+		a = append(a, base+800*time.Microsecond+time.Duration(rng.NormFloat64()*100)*time.Microsecond)
+	}
+	lo, hi := diffCI(a, b, 1)
+	want := median(a) - median(b)
+	if !(lo < want && want < hi) || hi-lo > time.Millisecond {
+		t.Errorf("90%% CI %s–%s for a difference of %s", lo, hi, want)
+	}
+	if lo, hi := diffCI(nil, b, 1); lo != 0 || hi != 0 {
+		t.Errorf("no samples: %v–%v, want 0–0", lo, hi)
+	}
+}

@@ -221,6 +221,10 @@ build_plugins() {
 	# host-device as pinned by the project's go.mod (tool directive).
 	(cd "$ROOT" && go build -trimpath -ldflags '-s -w' -o "$SHARE/bin/host-device" \
 		github.com/containernetworking/plugins/plugins/main/host-device) || die "building host-device failed"
+	# rdma-isolate moves a VF's RDMA device into the pod as rdma-cni does
+	# (the exclusive-mode RDMA scenarios chain it).
+	(cd "$ROOT" && go build -trimpath -ldflags '-s -w' -o "$SHARE/bin/rdma-isolate" ./integration/testplugins/rdma-isolate) ||
+		die "building rdma-isolate failed"
 }
 
 # build_multus builds the Multus thin plugin in its own tools module; the

@@ -454,22 +454,23 @@ func (p *Plugin) guidProblem(a *attachment) string {
 
 // attachedDuplicate finds, in RDMA netns exclusive mode, another attached
 // VF whose node GUID, as its ADD recorded it, is one of ours: its device
-// sits in its pod's netns, where the host's GUID index cannot see it. The
-// VF locks index each owner's GUID (state.VFLock.SetOwner); a match counts
-// only while the owner's record says so and its netns is alive (else the
-// device is back in the host's view, and in the index).
+// sits in its pod's netns, where the host's GUID index cannot see it. ADD
+// enters each attached VF in the state dir's GUID directory
+// (state.VFLock.IndexGUID); a match counts only while the owner's record
+// says so and its netns is alive (else the device is back in the host's
+// view, and in the index).
 func (p *Plugin) attachedDuplicate(a *attachment) (rdma.Device, string) {
 	if !(rdma.Finder{Sys: p.sys}).ExclusiveMode() {
 		return rdma.Device{}, ""
 	}
-	owners, err := p.store.OwnerGUIDs()
-	if err != nil {
-		p.log.Warn("cannot read the attached VFs' GUIDs for the duplicate check", "err", err)
-	}
 	for _, d := range a.rdma.Devices {
 		g := d.NodeGUID.String()
+		owners, err := p.store.OwnersOf(g)
+		if err != nil {
+			p.log.Warn("cannot read the attached VFs' GUIDs for the duplicate check", "err", err)
+		}
 		for _, o := range owners {
-			if o.GUID != g || o.PCI == a.pci {
+			if o.PCI == a.pci {
 				continue
 			}
 			rec, err := p.store.Owner(o)
@@ -577,6 +578,11 @@ func (p *Plugin) recordAttachment(_ *vfnet.Handle, a *attachment) error {
 		return cniErr(types.ErrIOFailure, "VF %s: cannot record the attachment: %v", a.pci, err)
 	}
 	a.onUndo(func() { _ = a.lock.Free(rec.Key()) })
+	if rec.NodeGUID != "" && (rdma.Finder{Sys: p.sys}).ExclusiveMode() {
+		if err := a.lock.IndexGUID(rec.Key(), rec.NodeGUID); err != nil {
+			return cniErr(types.ErrIOFailure, "VF %s: cannot record the attachment: %v", a.pci, err)
+		}
+	}
 	if err := p.store.Save(rec); err != nil {
 		return cniErr(types.ErrIOFailure, "VF %s: cannot record the attachment: %v", a.pci, err)
 	}

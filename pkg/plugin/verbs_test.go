@@ -174,9 +174,9 @@ func TestAdd(t *testing.T) {
 		// netns, out of the host's GUID index; its owner index says its GUID.
 		{name: "duplicate GUID of a VF whose device is in its pod (exclusive mode)", podName: "net1",
 			setup: func(t *testing.T, f *fixture) {
+				f.exclusiveMode(t)
 				other, _ := f.attachOther(t, f.sys.PFs[1].VFs[0], "ctr-other")
 				f.sys.HideRDMA(other.PCI, other.RDMA) // rdma-cni moved it into that pod
-				f.exclusiveMode(t)
 				f.setNodeGUID(other.NodeGUID)
 			},
 			code: plugin.ErrBadGUID, msg: func(f *fixture) []string {
@@ -185,9 +185,9 @@ func TestAdd(t *testing.T) {
 			}},
 		{name: "GUID of a VF whose pod is gone is no duplicate (exclusive mode)", podName: "net1",
 			setup: func(t *testing.T, f *fixture) {
+				f.exclusiveMode(t)
 				other, pod := f.attachOther(t, f.sys.PFs[1].VFs[0], "ctr-other")
 				f.sys.HideRDMA(other.PCI, other.RDMA)
-				f.exclusiveMode(t)
 				f.setNodeGUID(other.NodeGUID)
 				harness.RemoveNetns(t, pod) // that pod is gone, its record not yet
 			}},

@@ -47,8 +47,6 @@ type netnsProbe struct {
 	listed []string        // every device RDMA netlink listed there
 	bound  []netlinkDevice // those with a port bound to the VF's netdev
 	nlErr  error
-	fsfd   int // a sysfs context made there (see openSysfsContext)
-	fsErr  error
 }
 
 // boundDevices lists, through RDMA netlink in the calling thread's netns,
@@ -249,6 +247,9 @@ func (p *netnsProbe) netlinkLooked(where string, ifindex int) string {
 
 // devices turns the bound devices into Devices of the VF.
 func (p *netnsProbe) devices(vf VF) []Device {
+	if len(p.bound) == 0 {
+		return nil
+	}
 	out := make([]Device, 0, len(p.bound))
 	for _, d := range p.bound {
 		dev := Device{RDMADevice: sysfs.RDMADevice{Name: d.name, PCI: vf.PCI, NodeGUID: d.nodeGUID},

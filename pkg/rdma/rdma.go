@@ -89,11 +89,14 @@ type Lookup struct {
 }
 
 // Find looks for the VF's RDMA devices: in the host's sysfs under the VF's
-// PCI function; when none is there, in the VF's netns through RDMA netlink
-// (a device whose port is bound to the VF's netdev) and, for a VF that must
-// have a device, through a sysfs instance of that netns (a device under the
-// VF's PCI function). A place that cannot be read is noted in Looked, not
-// an error, unless it is the host's sysfs.
+// PCI function; when none is there, in the VF's netns. A VF that must have
+// a device (its PF has one, it is IPoIB, or InfiniBand is configured) is
+// looked for first under its PCI function in a sysfs instance of that
+// netns, where RDMA netns exclusive mode puts a ConnectX VF's device; then,
+// as for any VF on a node with ib_core, through RDMA netlink there, for a
+// device whose port is bound to the VF's netdev (soft-RoCE). A place that
+// cannot be read is noted in Looked, not an error, unless it is the host's
+// sysfs.
 func (f Finder) Find(vf VF) (*Lookup, error) {
 	l := &Lookup{VF: vf, f: f, sys: f.Sys}
 	host, err := f.Sys.RDMADevices(vf.PCI)
@@ -110,58 +113,52 @@ func (f Finder) Find(vf VF) (*Lookup, error) {
 	if where == "" {
 		where = "(host)"
 	}
-	netlinkIn, sysfsIn := false, vf.Netns != nil && l.Capable != ""
-	switch {
-	case vf.IfIndex == 0:
-		l.Looked = append(l.Looked, "RDMA netlink: not asked, the VF's netdev is not known")
-	case !f.ibCoreLoaded():
-		l.Looked = append(l.Looked, fmt.Sprintf("RDMA netlink: not asked, ib_core is not loaded (no %s)",
-			filepath.Join(f.Sys.Root, "module", "ib_core")))
-	default:
-		netlinkIn = true
-	}
-	if !netlinkIn && !sysfsIn {
-		return l, nil
-	}
-	var probe netnsProbe
-	run := func() error {
-		if netlinkIn {
-			probe.bound, probe.listed, probe.nlErr = boundDevices(vf.IfIndex)
-		}
-		if sysfsIn && len(probe.bound) == 0 {
-			probe.fsfd, probe.fsErr = openSysfsContext()
-		}
-		return nil
-	}
-	if vf.Netns != nil {
-		if err := vf.Netns.Do(func(ns.NetNS) error { return run() }); err != nil {
+	if vf.Netns != nil && l.Capable != "" {
+		var fsfd int
+		var ferr error
+		if err := vf.Netns.Do(func(ns.NetNS) error { fsfd, ferr = openSysfsContext(); return nil }); err != nil {
 			return nil, fmt.Errorf("look for the RDMA device of VF %s in netns %s: %w", vf.PCI, where, err)
 		}
-	} else {
-		_ = run()
-	}
-	if netlinkIn {
-		l.Looked = append(l.Looked, probe.netlinkLooked(where, vf.IfIndex))
-		if len(probe.bound) > 0 {
-			l.Devices = probe.devices(vf)
+		if l.readNetnsSysfs(fsfd, ferr, where); len(l.Devices) > 0 {
 			return l, nil
 		}
 	}
-	if sysfsIn {
-		l.readNetnsSysfs(&probe, where)
+	switch {
+	case vf.IfIndex == 0:
+		l.Looked = append(l.Looked, "RDMA netlink: not asked, the VF's netdev is not known")
+		return l, nil
+	case !f.ibCoreLoaded():
+		l.Looked = append(l.Looked, fmt.Sprintf("RDMA netlink: not asked, ib_core is not loaded (no %s)",
+			filepath.Join(f.Sys.Root, "module", "ib_core")))
+		return l, nil
 	}
+	var probe netnsProbe
+	list := func(ns.NetNS) error {
+		probe.bound, probe.listed, probe.nlErr = boundDevices(vf.IfIndex)
+		return nil
+	}
+	if vf.Netns != nil {
+		if err := vf.Netns.Do(list); err != nil {
+			return nil, fmt.Errorf("look for the RDMA device of VF %s in netns %s: %w", vf.PCI, where, err)
+		}
+	} else {
+		_ = list(nil)
+	}
+	l.Looked = append(l.Looked, probe.netlinkLooked(where, vf.IfIndex))
+	l.Devices = probe.devices(vf)
 	return l, nil
 }
 
-// readNetnsSysfs mounts the netns's sysfs context (made in that netns) as
-// a detached mount and reads the VF's devices under it.
-func (l *Lookup) readNetnsSysfs(probe *netnsProbe, where string) {
+// readNetnsSysfs mounts the netns's sysfs context (made in that netns:
+// fsfd, or the error making it) as a detached mount and reads the VF's
+// devices under it.
+func (l *Lookup) readNetnsSysfs(fsfd int, ferr error, where string) {
 	label := fmt.Sprintf("sysfs of netns %s at bus/pci/devices/%s/infiniband", where, l.VF.PCI)
-	if probe.fsErr != nil {
-		l.Looked = append(l.Looked, fmt.Sprintf("%s: cannot make one: %v", label, probe.fsErr))
+	if ferr != nil {
+		l.Looked = append(l.Looked, fmt.Sprintf("%s: cannot make one: %v", label, ferr))
 		return
 	}
-	mount, err := mountContext(probe.fsfd)
+	mount, err := mountContext(fsfd)
 	if err != nil {
 		l.Looked = append(l.Looked, fmt.Sprintf("%s: cannot mount it: %v", label, err))
 		return

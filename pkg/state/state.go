@@ -313,8 +313,9 @@ func (s *Store) RemoveUnreadableBefore(t time.Time) ([]string, error) {
 // line (made before the index existed, or torn by a kill) makes Claims
 // read every record, as before.
 type VFLock struct {
-	f *os.File
-	s *Store
+	f   *os.File
+	s   *Store
+	pci string
 }
 
 // LockVF takes an exclusive lock for one VF (by its normalized PCI address).
@@ -345,7 +346,7 @@ func (s *Store) LockVF(pci string) (*VFLock, error) {
 		f.Close()
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
-	return &VFLock{f: f, s: s}, nil
+	return &VFLock{f: f, s: s, pci: pci}, nil
 }
 
 // OpenLog opens a log file for appending, creating it with mode 0600.
@@ -436,79 +437,139 @@ func (s *Store) Claims(pci string, self Key) ([]*Record, error) {
 
 // SetOwner indexes k's record as the VF's owner. ADD calls it before
 // saving the record, with the VF's node GUID when it has one ("" for
-// none): in RDMA netns exclusive mode the device of an attached VF is not
-// in the host's sysfs, and OwnerGUIDs is where ADD finds its GUID.
+// none), which Free needs to remove the VF's entry of the GUID directory.
 func (l *VFLock) SetOwner(k Key, guid string) error {
 	line := indexOwner + fileName(k)
 	if guid != "" {
-		if strings.ContainsAny(guid, " \n") {
-			return fmt.Errorf("index VF owner: GUID %q holds a space", guid)
+		if !validGUIDName(guid) {
+			return fmt.Errorf("index VF owner: %q is not a GUID", guid)
 		}
 		line += " guid " + guid
 	}
 	return l.writeIndex(line)
 }
 
-// Free clears the index if it names k. DEL calls it after removing k's
-// record. An index naming another key is that key's claim; no index (a lock
-// file from before it, where records of the VF may still exist) stays none,
-// so claims keep reading every record.
+// Free clears the index if it names k, and removes the VF's entry from the
+// GUID directory. DEL calls it after removing k's record. An index naming
+// another key is that key's claim; no index (a lock file from before it,
+// where records of the VF may still exist) stays none, so claims keep
+// reading every record.
 func (l *VFLock) Free(k Key) error {
 	line, err := l.readIndex()
 	if err != nil {
 		return err
 	}
-	if name, _, ok := parseOwner(line); !ok || name != fileName(k) {
+	name, guid, ok := parseOwner(line)
+	if !ok || name != fileName(k) {
 		return nil
 	}
-	return l.writeIndex(indexFree)
+	if err := l.writeIndex(indexFree); err != nil {
+		return err
+	}
+	if guid != "" {
+		if err := os.Remove(filepath.Join(l.s.guidDir(), guid+"_"+l.pci)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove the GUID entry of VF %s: %w", l.pci, err)
+		}
+	}
+	return nil
 }
 
-// OwnerGUID is a VF's owner as its lock file indexes it, with the node
-// GUID ADD recorded.
+// The GUID directory, guids/, holds an entry per attached VF with a node
+// GUID, named <guid>_<pci>: a symlink whose target is the owner's record
+// file. In RDMA netns exclusive mode an attached VF's device lives in its
+// pod's netns, where the host's GUID index cannot see it; ADD finds the
+// attached VFs holding a GUID with one directory listing (OwnersOf) instead
+// of reading every VF's lock or record. Each entry is written under its
+// VF's lock, so no lock covers the directory.
+
+func (s *Store) guidDir() string { return filepath.Join(s.dir, "guids") }
+
+// validGUIDName accepts the sysfs form of a GUID: xxxx:xxxx:xxxx:xxxx.
+func validGUIDName(g string) bool {
+	if len(g) != 19 {
+		return false
+	}
+	for i, c := range g {
+		if i%5 == 4 {
+			if c != ':' {
+				return false
+			}
+		} else if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// IndexGUID enters the VF in the GUID directory under guid, owned by k's
+// record, replacing any entry it had under another GUID. Call it after
+// SetOwner(k, guid).
+// Equivalent to: ln -sfn <record> guids/<guid>_<pci>
+func (l *VFLock) IndexGUID(k Key, guid string) error {
+	if !validGUIDName(guid) {
+		return fmt.Errorf("index VF %s by GUID: %q is not a GUID", l.pci, guid)
+	}
+	dir := l.s.guidDir()
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		err = os.MkdirAll(dir, 0o700)
+	}
+	if err != nil {
+		return fmt.Errorf("GUID directory: %w", err)
+	}
+	name := guid + "_" + l.pci
+	for _, e := range entries {
+		if other, ok := strings.CutSuffix(e.Name(), "_"+l.pci); ok && e.Name() != name && validGUIDName(other) {
+			_ = os.Remove(filepath.Join(dir, e.Name())) // left by an owner no DEL freed
+		}
+	}
+	tmp := filepath.Join(dir, ".tmp-"+l.pci)
+	_ = os.Remove(tmp)
+	if err := os.Symlink(fileName(k), tmp); err != nil {
+		return fmt.Errorf("index VF %s by GUID: %w", l.pci, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("index VF %s by GUID: %w", l.pci, err)
+	}
+	return nil
+}
+
+// OwnerGUID is an entry of the GUID directory: a VF, the GUID its owner's
+// ADD found, and that owner's record.
 type OwnerGUID struct {
 	PCI, GUID string
 	record    string // the owner's record file
 }
 
-// OwnerGUIDs reads, without taking the locks, the owner index of every VF
-// lock that names an owner with a node GUID. A line torn by a concurrent
-// write or an unreadable file is left out: the caller confirms a match with
-// Owner before acting on it.
-// Equivalent to: head -c 256 locks/*.lock
-func (s *Store) OwnerGUIDs() ([]OwnerGUID, error) {
-	entries, err := os.ReadDir(s.lockDir())
+// OwnersOf lists the VFs the GUID directory enters under guid, read
+// without any lock: an entry may be stale (its owner killed before DEL
+// freed it), so the caller confirms a match with Owner before acting on it.
+// Equivalent to: ls -l guids/$guid_*
+func (s *Store) OwnersOf(guid string) ([]OwnerGUID, error) {
+	entries, err := os.ReadDir(s.guidDir())
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("list VF locks: %w", err)
+		return nil, fmt.Errorf("list the GUID directory: %w", err)
 	}
 	var out []OwnerGUID
-	buf := make([]byte, indexSize)
 	for _, e := range entries {
-		pci, ok := strings.CutSuffix(e.Name(), ".lock")
-		if !ok || !e.Type().IsRegular() {
+		pci, ok := strings.CutPrefix(e.Name(), guid+"_")
+		if !ok || pci == "" || e.Type()&fs.ModeSymlink == 0 {
 			continue
 		}
-		f, err := os.OpenFile(filepath.Join(s.lockDir(), e.Name()), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
-		if err != nil {
+		target, err := os.Readlink(filepath.Join(s.guidDir(), e.Name()))
+		if err != nil || strings.Contains(target, "/") || !strings.HasSuffix(target, ".json") {
 			continue
 		}
-		n, _ := f.ReadAt(buf, 0)
-		f.Close()
-		if n != indexSize || buf[indexSize-1] != '\n' {
-			continue
-		}
-		name, guid, ok := parseOwner(strings.TrimRight(string(buf[:indexSize-1]), " "))
-		if ok && guid != "" {
-			out = append(out, OwnerGUID{PCI: pci, GUID: guid, record: name})
-		}
+		out = append(out, OwnerGUID{PCI: pci, GUID: guid, record: target})
 	}
 	return out, nil
 }
 
-// Owner reads the record an owner index names.
+// Owner reads the record an entry of the GUID directory names.
 func (s *Store) Owner(o OwnerGUID) (*Record, error) {
 	return readRecord(filepath.Join(s.recordDir(), o.record))
 }

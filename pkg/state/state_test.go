@@ -721,3 +721,110 @@ func TestLongKeyNameIsStable(t *testing.T) {
 		t.Errorf("fileName = %s, want %s", got, want)
 	}
 }
+
+// TestOwnersOf: the GUID directory lists the VFs entered under a GUID with
+// their owners' records; Free and a later entry under another GUID take a
+// VF's entry away.
+func TestOwnersOf(t *testing.T) {
+	s := NewStore(t.TempDir())
+	const g0, g1 = "a288:c2ff:fe18:0000", "a288:c2ff:fe18:0001"
+	own := func(pci, container, guid string) {
+		t.Helper()
+		l, err := s.LockVF(pci)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Unlock()
+		k := Key{"ib", container, "net1"}
+		if err := l.SetOwner(k, guid); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.IndexGUID(k, guid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	owners := func(guid string) []string {
+		t.Helper()
+		got, err := s.OwnersOf(guid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, o := range got {
+			out = append(out, o.PCI+" "+o.record)
+		}
+		return out
+	}
+	if got := owners(g0); got != nil {
+		t.Fatalf("no GUID directory yet: %v", got)
+	}
+	own("0000:18:00.2", "c1", g0)
+	own("0000:18:00.3", "c2", g0)
+	own("0000:18:00.4", "c3", g1)
+	want := []string{"0000:18:00.2 " + fileName(Key{"ib", "c1", "net1"}), "0000:18:00.3 " + fileName(Key{"ib", "c2", "net1"})}
+	if diff := cmp.Diff(want, owners(g0)); diff != "" {
+		t.Errorf("OwnersOf(%s) (-want +got):\n%s", g0, diff)
+	}
+	own("0000:18:00.3", "c4", g1) // a new owner with another GUID: its old entry goes
+	l, err := s.LockVF("0000:18:00.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Free(Key{"ib", "c1", "net1"}); err != nil {
+		t.Fatal(err)
+	}
+	l.Unlock()
+	if got := owners(g0); got != nil {
+		t.Errorf("after Free and a new GUID, OwnersOf(%s) = %v, want none", g0, got)
+	}
+	want = []string{"0000:18:00.3 " + fileName(Key{"ib", "c4", "net1"}), "0000:18:00.4 " + fileName(Key{"ib", "c3", "net1"})}
+	if diff := cmp.Diff(want, owners(g1)); diff != "" {
+		t.Errorf("OwnersOf(%s) (-want +got):\n%s", g1, diff)
+	}
+	if err := l.SetOwner(Key{"ib", "x", "net1"}, "not a guid"); err == nil {
+		t.Error("SetOwner took a GUID with a space in it")
+	}
+}
+
+func TestParseOwner(t *testing.T) {
+	for line, want := range map[string][2]string{
+		"owner ib_c_net1.json":                          {"ib_c_net1.json", ""},
+		"owner ib_c_net1.json guid a288:c2ff:fe18:0000": {"ib_c_net1.json", "a288:c2ff:fe18:0000"},
+		"owner ib_c_net1.json guid":                     {},
+		"owner ../x.json":                               {},
+		"owner a/b.json":                                {},
+		"owner ib_c_net1.txt":                           {},
+		"free":                                          {},
+		"owner ib_c_net1.json extra a288:c2ff:fe18:0000": {},
+	} {
+		file, guid, ok := parseOwner(line)
+		if ok != (want[0] != "") || file != want[0] || guid != want[1] {
+			t.Errorf("parseOwner(%q) = %q, %q, %v; want %q, %q", line, file, guid, ok, want[0], want[1])
+		}
+	}
+}
+
+// BenchmarkOwnersOf is what ADD's exclusive-mode duplicate check reads on
+// a DGX node whose 64 VFs are all attached.
+func BenchmarkOwnersOf(b *testing.B) {
+	s := NewStore(b.TempDir())
+	for i := range 64 {
+		l, err := s.LockVF(fmt.Sprintf("0000:18:%02x.%d", i/8, i%8))
+		if err != nil {
+			b.Fatal(err)
+		}
+		k, g := Key{"ib", fmt.Sprint(i), "net1"}, fmt.Sprintf("a288:c2ff:fe18:%04x", i)
+		if err := l.SetOwner(k, g); err != nil {
+			b.Fatal(err)
+		}
+		if err := l.IndexGUID(k, g); err != nil {
+			b.Fatal(err)
+		}
+		l.Unlock()
+	}
+	for b.Loop() {
+		if got, err := s.OwnersOf("a288:c2ff:fe18:0007"); err != nil || len(got) != 1 {
+			b.Fatalf("%d owners, %v", len(got), err)
+		}
+	}
+}

@@ -18,8 +18,6 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/rdma"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
@@ -115,24 +113,22 @@ func del(args *skel.CmdArgs) error {
 		return err
 	}
 	defer host.Close()
-	h, err := netlink.NewHandleAt(netns.NsHandle(pod.Fd()), unix.NETLINK_RDMA)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	for _, d := range l.Devices {
-		if d.Source != rdma.NetnsSysfs {
-			continue // already in the host's view
+	// The kernel moves a device only for a caller in the device's netns.
+	return pod.Do(func(ns.NetNS) error {
+		for _, d := range l.Devices {
+			if d.Source != rdma.NetnsSysfs {
+				continue // already in the host's view
+			}
+			link, err := netlink.RdmaLinkByName(d.Name)
+			if err == nil {
+				err = netlink.RdmaLinkSetNsFd(link, uint32(host.Fd()))
+			}
+			if err != nil {
+				return fmt.Errorf("rdma-isolate: move %s home from %s: %w", d.Name, args.Netns, err)
+			}
 		}
-		link, err := h.RdmaLinkByName(d.Name)
-		if err == nil {
-			err = h.RdmaLinkSetNsFd(link, uint32(host.Fd()))
-		}
-		if err != nil {
-			return fmt.Errorf("rdma-isolate: move %s home from %s: %w", d.Name, args.Netns, err)
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func main() {
