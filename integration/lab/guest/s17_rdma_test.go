@@ -249,6 +249,7 @@ func TestLabRDMA02DriftInPod(t *testing.T) {
 			t.Fatalf("doctor finding %s = %v; want it only in exclusive mode (exclusive=%v)\n%s", inPod, m[inPod], exclusive, m.Dump("sriov_stable_doctor"))
 		}
 		r := run(t, nil, tool("sriov-stable-agent"), "doctor", "--state-dir", e.stateDir, "--kmsg=")
+		t.Logf("doctor --state-dir %s --kmsg= exited %d:\n%s", e.stateDir, r.code, r.stdout)
 		counted := strings.Contains(r.stdout, "1 VFs with their RDMA device in a pod's netns")
 		if r.code != 0 || counted != exclusive {
 			t.Fatalf("doctor --state-dir (exclusive=%v) exited %d, counts the VF in a pod: %v\n%s%s", exclusive, r.code, counted, r.stdout, r.stderr)
