@@ -106,6 +106,12 @@ main() {
 	say "total   $(elapsed "$t0" "$t3")s"
 	say "logs: $WORK/logs, pod logs: $WORK/var-log/pods, test log: $WORK/e2e.log"
 	[ "$code" -eq 0 ] || die "cluster e2e failed (exit $code)"
+	# A scenario that skipped did not pass; a CLUSTER_RUN that matches no
+	# scenario (the teardown always runs) proves nothing.
+	! grep -q -- '--- SKIP: ' "$WORK/e2e.log" || die "scenarios skipped: $(grep -- '--- SKIP: ' "$WORK/e2e.log" | tr '\n' ' ')"
+	if [ "$(grep '^--- PASS: ' "$WORK/e2e.log" | grep -vc 'TestZTeardown')" -eq 0 ]; then
+		die "no scenario ran (CLUSTER_RUN='${CLUSTER_RUN:-}' matches none)"
+	fi
 	say "PASS"
 }
 

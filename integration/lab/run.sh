@@ -373,14 +373,15 @@ guest_exit() {
 }
 
 summarize_tests() {
-	local passed failed
-	passed=$(grep -c '^--- PASS: ' "$LOG" || true)
+	local failed
+	PASSED=$(grep -c '^--- PASS: ' "$LOG" || true)
+	SKIPPED=$(grep -c -- '--- SKIP: ' "$LOG" || true)
 	failed=$(grep -c '^--- FAIL: ' "$LOG" || true)
 	if [ "$failed" -gt 0 ]; then
 		say "failed scenarios:"
 		grep '^--- FAIL: ' "$LOG" | sed 's/^/lab:   /'
 	fi
-	printf 'lab: %s passed, %s failed\n' "$passed" "$failed"
+	printf 'lab: %s passed, %s failed, %s skipped\n' "$PASSED" "$failed" "$SKIPPED"
 }
 
 # ------------------------------------------------------------------- main ---
@@ -421,6 +422,10 @@ main() {
 		die "the guest did not finish (QEMU exit $(cat "$WORK/qemu.rc" 2>/dev/null || echo '?')); see $LOG"
 	fi
 	[ "$code" -eq 0 ] || die "guest scenarios failed (exit $code); see $LOG"
+	# A scenario that skipped did not pass, and a LAB_RUN that matches
+	# nothing proves nothing.
+	[ "$SKIPPED" -eq 0 ] || die "$SKIPPED scenario(s) skipped; the lab must not skip (see $LOG)"
+	[ "$PASSED" -gt 0 ] || die "no scenario ran: LAB_RUN='${LAB_RUN:-}' matches none"
 	say "PASS"
 }
 
