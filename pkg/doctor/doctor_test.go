@@ -417,17 +417,33 @@ func TestNamePattern(t *testing.T) {
 	}
 }
 
-// This machine's real /sys: with no Mellanox device it must say so and
-// nothing else; with some, it must still run to the end.
+// This machine's real /sys: the doctor counts the Mellanox functions lspci
+// would (counted here from each device's vendor file), reads every one of
+// them without a sysfs error, and with none says so and nothing else.
 func TestRealSys(t *testing.T) {
-	if _, err := os.Stat("/sys/bus/pci/devices"); err != nil {
-		t.Skipf("no /sys/bus/pci/devices on this machine: %v", err)
+	entries, err := os.ReadDir("/sys/bus/pci/devices")
+	if err != nil {
+		t.Fatalf("this machine's /sys: %v", err)
+	}
+	mellanox := 0
+	for _, e := range entries {
+		if v, err := os.ReadFile(filepath.Join("/sys/bus/pci/devices", e.Name(), "vendor")); err == nil && strings.TrimSpace(string(v)) == VendorMellanox {
+			mellanox++
+		}
 	}
 	rep, err := Run(Options{SysfsRoot: "/sys", KernelLog: "/dev/kmsg", LinkLayer: config.LinkLayerInfiniBand, ExpectVFs: 8})
 	if err != nil {
 		t.Fatalf("doctor on /sys: %v", err)
 	}
-	if rep.PFs+rep.VFs > 0 {
+	if rep.PFs+rep.VFs != mellanox {
+		t.Errorf("the doctor counts %d PFs and %d VFs, /sys has %d Mellanox functions\n%s", rep.PFs, rep.VFs, mellanox, text(t, rep))
+	}
+	for _, k := range keys(rep) {
+		if k.Check == CheckSysfs {
+			t.Errorf("a sysfs read failed on this machine: %+v\n%s", k, text(t, rep))
+		}
+	}
+	if mellanox > 0 {
 		t.Logf("this machine has Mellanox devices:\n%s", text(t, rep))
 		return
 	}

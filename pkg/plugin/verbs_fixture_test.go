@@ -486,6 +486,21 @@ func (f *fixture) logLines(t *testing.T, subs ...string) []string {
 	return out
 }
 
+// wantOneWarning checks that the plugin logged exactly one warning, and
+// that it holds every one of subs and names the VF.
+func (f *fixture) wantOneWarning(t *testing.T, subs ...string) {
+	t.Helper()
+	warns := f.logLines(t, "level=WARN")
+	if len(warns) != 1 {
+		t.Fatalf("want one warning, got %d: %q", len(warns), warns)
+	}
+	for _, s := range append(subs, "vf="+f.vf.PCI) {
+		if !strings.Contains(warns[0], s) {
+			t.Errorf("the warning does not say %q: %s", s, warns[0])
+		}
+	}
+}
+
 // setNodeGUID changes the VF's node GUID in place, as a write to the PF's
 // VF GUID attribute shows through the VF's RDMA device.
 func (f *fixture) setNodeGUID(guid string) {

@@ -52,6 +52,7 @@ func TestAdd(t *testing.T) {
 		cniVersion string
 		args       func(f *fixture, a *skel.CmdArgs)
 		code       uint                                                // 0 = ADD succeeds
+		within     time.Duration                                       // ADD must return within this; 0 = no bound
 		msg        func(f *fixture) []string                           // what the error message must name
 		check      func(t *testing.T, f *fixture, res *current.Result) // more checks after a success
 	}
@@ -191,8 +192,11 @@ func TestAdd(t *testing.T) {
 				f.setNodeGUID(other.NodeGUID)
 				harness.RemoveNetns(t, pod) // that pod is gone, its record not yet
 			}},
-		{name: "duplicate GUID under guidPolicy=warn", podName: "ib0", extra: map[string]any{"guidPolicy": "warn"},
-			setup: func(t *testing.T, f *fixture) { f.setNodeGUID(f.sys.PFs[1].VFs[0].NodeGUID) }},
+		{name: "duplicate GUID under guidPolicy=warn", podName: "net1", extra: map[string]any{"guidPolicy": "warn"},
+			setup: func(t *testing.T, f *fixture) { f.setNodeGUID(f.sys.PFs[1].VFs[0].NodeGUID) },
+			check: func(t *testing.T, f *fixture, _ *current.Result) {
+				f.wantOneWarning(t, "GUID problem, continuing under guidPolicy=warn", "is also held by "+f.sys.PFs[1].VFs[0].PCI)
+			}},
 		// RDMA netns exclusive mode: the device moved into the pod netns, so
 		// the host's sysfs shows the VF's infiniband/ empty. Here the pod
 		// netns holds no device either: found nowhere, never skipped.
@@ -245,8 +249,19 @@ func TestAdd(t *testing.T) {
 		{name: "port down", podName: "ib0", extra: map[string]any{"portWaitMs": 50},
 			setup: func(t *testing.T, f *fixture) { f.setPort(portDown) },
 			code:  plugin.ErrPortDown, msg: vfAndNetns("port 1 is 1: DOWN / 2: Polling", "after waiting 50ms")},
-		{name: "port down under portPolicy=warn", podName: "ib0", extra: map[string]any{"portWaitMs": 50, "portPolicy": "warn"},
-			setup: func(t *testing.T, f *fixture) { f.setPort(portDown) }},
+		{name: "port down under portPolicy=warn", podName: "net1", extra: map[string]any{"portWaitMs": 50, "portPolicy": "warn"},
+			setup: func(t *testing.T, f *fixture) { f.setPort(portDown) },
+			check: func(t *testing.T, f *fixture, _ *current.Result) {
+				f.wantOneWarning(t, "port not up, continuing under portPolicy=warn", "port 1 is 1: DOWN / 2: Polling")
+			}},
+		// ignore does not wait: portWaitMs would cost this ADD 10 s.
+		{name: "port down under portPolicy=ignore", podName: "net1", extra: map[string]any{"portWaitMs": 10000, "portPolicy": "ignore"},
+			setup: func(t *testing.T, f *fixture) { f.setPort(portDown) }, within: 2 * time.Second,
+			check: func(t *testing.T, f *fixture, _ *current.Result) {
+				if warns := f.logLines(t, "level=WARN"); len(warns) != 0 {
+					t.Errorf("portPolicy=ignore logged %q", warns)
+				}
+			}},
 		{name: "port comes up while ADD waits", podName: "ib0", extra: map[string]any{"portWaitMs": 5000},
 			setup: func(t *testing.T, f *fixture) { f.setPort(portDown); f.portUpAfter(t, 100*time.Millisecond) }},
 		{name: "Ethernet port where InfiniBand is configured", podName: "ib0",
@@ -313,7 +328,11 @@ func TestAdd(t *testing.T) {
 			}
 			podBefore, recsBefore := links(t, f.pod), f.records(t)
 
+			start := time.Now()
 			res, err := f.add(t, a)
+			if took := time.Since(start); tc.within > 0 && took > tc.within {
+				t.Errorf("ADD took %s, want within %s", took, tc.within)
+			}
 
 			if got := cniCode(t, err); got != tc.code {
 				t.Fatalf("ADD: code %d (%v), want %d", got, err, tc.code)
