@@ -46,38 +46,54 @@ func ratio(a, b time.Duration) float64 {
 // for two series measured round by round (see bootstrapCI). It says
 // whether a ratio near a target is the plugin or the machine's noise.
 func ratioCI(a, b []time.Duration, seed uint64) (lo, hi float64) {
-	return bootstrapCI(a, b, seed, func(ma, mb time.Duration) (float64, bool) {
-		r := ratio(ma, mb)
+	return bootstrapCI(a, b, seed, nil, func(ra, rb []time.Duration) (float64, bool) {
+		r := ratio(median(ra), median(rb))
 		return r, r > 0
 	})
 }
 
-// diffCI is a 90% bootstrap confidence interval of median(a) - median(b).
+// diffCI is a 90% bootstrap confidence interval of median(a) - median(b)
+// for two series measured round by round.
 func diffCI(a, b []time.Duration, seed uint64) (lo, hi time.Duration) {
-	l, h := bootstrapCI(a, b, seed, func(ma, mb time.Duration) (float64, bool) { return float64(ma - mb), true })
+	l, h := bootstrapCI(a, b, seed, nil, func(ra, rb []time.Duration) (float64, bool) {
+		return float64(median(ra) - median(rb)), true
+	})
 	return time.Duration(l), time.Duration(h)
 }
 
-// bootstrapCI is a 90% bootstrap confidence interval of stat(median(a),
-// median(b)) for two series measured round by round: each resample draws
-// rounds with replacement and keeps a round's two samples together, so
-// load that drifted over the run stays paired as it was measured. stat's
-// false drops a resample (a ratio over nothing).
-func bootstrapCI(a, b []time.Duration, seed uint64, stat func(ma, mb time.Duration) (float64, bool)) (lo, hi float64) {
-	n := min(len(a), len(b))
-	if n == 0 {
+// bootstrapCI is a 90% bootstrap confidence interval of stat over
+// resamples of a and b. Paired (unpaired nil): each resample draws rounds
+// with replacement and keeps a round's two samples together, so load that
+// drifted over the run stays paired as it was measured. Unpaired (b passed
+// again as unpaired): each series is drawn on its own. stat's false drops a
+// resample (a ratio over nothing).
+func bootstrapCI(a, b []time.Duration, seed uint64, unpaired []time.Duration, stat func(ra, rb []time.Duration) (float64, bool)) (lo, hi float64) {
+	na, nb := len(a), len(b)
+	if unpaired == nil {
+		na = min(na, nb)
+		nb = na
+	}
+	if na == 0 || nb == 0 {
 		return 0, 0
 	}
 	const resamples = 2000
 	rng := rand.New(rand.NewPCG(seed, 11))
 	stats := make([]float64, 0, resamples)
-	ra, rb := make([]time.Duration, n), make([]time.Duration, n)
+	ra, rb := make([]time.Duration, na), make([]time.Duration, nb)
 	for range resamples {
-		for i := range n {
-			k := rng.IntN(n)
-			ra[i], rb[i] = a[k], b[k]
+		for i := range na {
+			k := rng.IntN(na)
+			ra[i] = a[k]
+			if unpaired == nil {
+				rb[i] = b[k]
+			}
 		}
-		if v, ok := stat(median(ra), median(rb)); ok {
+		if unpaired != nil {
+			for i := range nb {
+				rb[i] = b[rng.IntN(nb)]
+			}
+		}
+		if v, ok := stat(ra, rb); ok {
 			stats = append(stats, v)
 		}
 	}
@@ -86,4 +102,20 @@ func bootstrapCI(a, b []time.Duration, seed uint64, stat func(ma, mb time.Durati
 	}
 	slices.Sort(stats)
 	return stats[len(stats)*5/100], stats[len(stats)*95/100]
+}
+
+// quantileCI is a 90% bootstrap confidence interval of the q-quantile of ds.
+func quantileCI(ds []time.Duration, q float64, seed uint64) (lo, hi time.Duration) {
+	l, h := bootstrapCI(ds, ds, seed, nil, func(a, _ []time.Duration) (float64, bool) { return float64(quantile(a, q)), len(a) > 0 })
+	return time.Duration(l), time.Duration(h)
+}
+
+// quantileRatioCI is a 90% bootstrap confidence interval of
+// quantile(a, q) / quantile(b, q) for two series not measured in pairs (the
+// bursts of two chains): each resample draws each series on its own.
+func quantileRatioCI(a, b []time.Duration, q float64, seed uint64) (lo, hi float64) {
+	return bootstrapCI(a, b, seed, b, func(ra, rb []time.Duration) (float64, bool) {
+		r := ratio(quantile(ra, q), quantile(rb, q))
+		return r, r > 0
+	})
 }
