@@ -124,7 +124,8 @@ func refuseLstat(path string) error {
 	return notRegular(path, st.Mode)
 }
 
-// notRegular names what a path of mode m is.
+// notRegular names what a path of mode m is. Where path is a link that was
+// followed, it names the link's target too.
 func notRegular(path string, m uint32) error {
 	kind := "a file of mode " + fmt.Sprintf("%#o", m&unix.S_IFMT)
 	switch m & unix.S_IFMT {
@@ -140,8 +141,12 @@ func notRegular(path string, m uint32) error {
 		kind = "a directory"
 	case unix.S_IFLNK:
 		kind = "a symbolic link"
-		if target, err := os.Readlink(path); err == nil {
+	}
+	if target, err := os.Readlink(path); err == nil {
+		if m&unix.S_IFMT == unix.S_IFLNK {
 			kind += " to " + target
+		} else {
+			kind = "a symbolic link to " + target + ", " + kind
 		}
 	}
 	return &refusal{path: path, found: "is " + kind + ", not a regular file", sentinel: ErrNotRegular}

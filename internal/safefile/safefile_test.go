@@ -121,11 +121,15 @@ func TestReadFileFollow(t *testing.T) {
 	safefiletest.Symlink(t, fifo, toFIFO)
 	zero := filepath.Join(dir, "zero.yaml")
 	safefiletest.Symlink(t, "/dev/zero", zero)
-	for _, path := range []string{fifo, toFIFO, zero} {
+	for path, says := range map[string]string{
+		fifo:   fifo + " is a FIFO, not a regular file",
+		toFIFO: toFIFO + " is a symbolic link to " + fifo + ", a FIFO, not a regular file",
+		zero:   zero + " is a symbolic link to /dev/zero, a character device, not a regular file",
+	} {
 		var err error
 		safefiletest.Within(t, safefiletest.Prompt, "ReadFileFollow", func() { _, err = safefile.ReadFileFollow(path, max) })
-		if !errors.Is(err, safefile.ErrNotRegular) {
-			t.Errorf("ReadFileFollow(%s): %v, want ErrNotRegular", path, err)
+		if !errors.Is(err, safefile.ErrNotRegular) || err.Error() != says {
+			t.Errorf("ReadFileFollow(%s): %v, want ErrNotRegular saying %q", path, err, says)
 		}
 	}
 }
