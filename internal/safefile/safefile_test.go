@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -184,4 +185,39 @@ func TestOpenFile(t *testing.T) {
 	if st, err := f.Stat(); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("created with %v (%v), want 0600", st.Mode(), err)
 	}
+}
+
+// TestReadFileReadsAtMostTheCap: of a 100 MB file, ReadFile reads the cap
+// and one byte, not the file: the kernel's count of bytes this process
+// read (rchar) grows by that much, plus the read of the count itself.
+func TestReadFileReadsAtMostTheCap(t *testing.T) {
+	junk := filepath.Join(t.TempDir(), "junk.json")
+	safefiletest.Sparse(t, junk, 100<<20)
+	before := rchar(t)
+	if _, err := safefile.ReadFile(junk, max); !errors.Is(err, safefile.ErrTooLarge) {
+		t.Fatalf("ReadFile of 100 MB: %v, want ErrTooLarge", err)
+	}
+	if read := rchar(t) - before; read < max+1 || read > max+1+4096 {
+		t.Errorf("read %d bytes of a 100 MB file with a cap of %d", read, max)
+	}
+}
+
+// rchar is how many bytes this process has read, from /proc/self/io.
+func rchar(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		t.Skipf("no I/O accounting here: %v", err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "rchar: "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no rchar in /proc/self/io:\n%s", b)
+	return 0
 }
