@@ -38,21 +38,21 @@ type refusal struct {
 func (e *refusal) Error() string { return e.path + " " + e.found }
 func (e *refusal) Unwrap() error { return e.sentinel }
 
-// ReadFile reads the regular file at path, at most max bytes, without
+// ReadFile reads the regular file at path, at most limit bytes, without
 // following a symbolic link in its last element (the directories on the way
 // may be links, as sysfs's bus/pci/devices/<pci> are). It reads no more than
-// max+1 bytes whatever the file's size, and does not rely on st_size: sysfs
+// limit+1 bytes whatever the file's size, and does not rely on st_size: sysfs
 // reports 4096 for every attribute.
-// Equivalent to: test -f $path -a ! -L $path && head -c $max $path
-func ReadFile(path string, max int64) ([]byte, error) {
-	return readFile(path, max, unix.O_NOFOLLOW)
+// Equivalent to: test -f $path -a ! -L $path && head -c $limit $path
+func ReadFile(path string, limit int64) ([]byte, error) {
+	return readFile(path, limit, unix.O_NOFOLLOW)
 }
 
 // ReadFileFollow is ReadFile for a file an operator names, which may be a
 // symbolic link (a ConfigMap mount makes node.yaml one): the link is
 // followed, and what it leads to must still be a regular file.
-func ReadFileFollow(path string, max int64) ([]byte, error) {
-	return readFile(path, max, 0)
+func ReadFileFollow(path string, limit int64) ([]byte, error) {
+	return readFile(path, limit, 0)
 }
 
 // OpenFile opens path as os.OpenFile does, with O_NOFOLLOW and O_NONBLOCK
@@ -153,8 +153,8 @@ func notRegular(path string, m uint32) error {
 }
 
 // readFile opens path (with extra flags), checks that it is a regular file
-// and reads it up to max bytes.
-func readFile(path string, max int64, flag int) ([]byte, error) {
+// and reads it up to limit bytes.
+func readFile(path string, limit int64, flag int) ([]byte, error) {
 	fd, err := open(path, unix.O_RDONLY|flag, 0)
 	if err != nil {
 		return nil, err
@@ -164,13 +164,13 @@ func readFile(path string, max int64, flag int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	buf := make([]byte, 0, firstSize(stSize, max))
+	buf := make([]byte, 0, firstSize(stSize, limit))
 	for {
 		if len(buf) == cap(buf) {
-			if int64(len(buf)) > max {
-				return nil, &refusal{path: path, found: "is larger than " + size(max), sentinel: ErrTooLarge}
+			if int64(len(buf)) > limit {
+				return nil, &refusal{path: path, found: "is larger than " + size(limit), sentinel: ErrTooLarge}
 			}
-			buf = grow(buf, max)
+			buf = grow(buf, limit)
 		}
 		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
 		switch {
@@ -186,21 +186,21 @@ func readFile(path string, max int64, flag int) ([]byte, error) {
 }
 
 // firstSize is the first buffer's capacity: the file's size and one byte
-// (to see the end in one read), at most max+1; 512 when stat says 0, as
+// (to see the end in one read), at most limit+1; 512 when stat says 0, as
 // procfs does.
-func firstSize(st, max int64) int64 {
+func firstSize(st, limit int64) int64 {
 	switch {
 	case st <= 0:
-		return min(512, max+1)
-	case st >= max:
-		return max + 1
+		return min(512, limit+1)
+	case st >= limit:
+		return limit + 1
 	}
 	return st + 1
 }
 
-// grow doubles buf's capacity, to at most max+1 bytes.
-func grow(buf []byte, max int64) []byte {
-	n := min(2*int64(cap(buf)), max+1)
+// grow doubles buf's capacity, to at most limit+1 bytes.
+func grow(buf []byte, limit int64) []byte {
+	n := min(2*int64(cap(buf)), limit+1)
 	return append(make([]byte, 0, n), buf...)
 }
 

@@ -14,7 +14,7 @@ import (
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile/safefiletest"
 )
 
-const max = 1 << 20
+const limit = 1 << 20
 
 func write(t *testing.T, path string, data []byte) string {
 	t.Helper()
@@ -26,9 +26,9 @@ func write(t *testing.T, path string, data []byte) string {
 
 func TestReadFileRegular(t *testing.T) {
 	dir := t.TempDir()
-	for _, n := range []int{0, 1, 511, 512, 513, 4096, 70000, max} {
+	for _, n := range []int{0, 1, 511, 512, 513, 4096, 70000, limit} {
 		want := []byte(strings.Repeat("x", n))
-		got, err := safefile.ReadFile(write(t, filepath.Join(dir, "f"), want), max)
+		got, err := safefile.ReadFile(write(t, filepath.Join(dir, "f"), want), limit)
 		if err != nil || string(got) != string(want) {
 			t.Errorf("%d bytes: read %d bytes, err %v", n, len(got), err)
 		}
@@ -43,7 +43,7 @@ func TestReadFileRegular(t *testing.T) {
 	if got, err := safefile.ReadFile(filepath.Join(dir, "link", "attr"), 4096); err != nil || string(got) != "4: ACTIVE\n" {
 		t.Errorf("through a linked directory: %q, %v", got, err)
 	}
-	if _, err := safefile.ReadFile(filepath.Join(dir, "absent"), max); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := safefile.ReadFile(filepath.Join(dir, "absent"), limit); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("absent file: %v, want fs.ErrNotExist", err)
 	}
 }
@@ -73,7 +73,7 @@ func TestReadFileRefuses(t *testing.T) {
 	safefiletest.Symlink(t, regular, toRegular)
 	junk := filepath.Join(dir, "junk.json")
 	safefiletest.Sparse(t, junk, 100<<20)
-	over := write(t, filepath.Join(dir, "over"), make([]byte, max+1))
+	over := write(t, filepath.Join(dir, "over"), make([]byte, limit+1))
 	sock := filepath.Join(dir, "sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
@@ -98,7 +98,7 @@ func TestReadFileRefuses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []byte
 			var err error
-			safefiletest.Within(t, safefiletest.Prompt, "ReadFile", func() { got, err = safefile.ReadFile(tc.path, max) })
+			safefiletest.Within(t, safefiletest.Prompt, "ReadFile", func() { got, err = safefile.ReadFile(tc.path, limit) })
 			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) || got != nil {
 				t.Errorf("ReadFile(%s) = %d bytes, %v; want %v saying %q", tc.path, len(got), err, tc.want, tc.says)
 			}
@@ -113,7 +113,7 @@ func TestReadFileFollow(t *testing.T) {
 	regular := write(t, filepath.Join(dir, "node.yaml"), []byte("vfs: 8\n"))
 	link := filepath.Join(dir, "link.yaml")
 	safefiletest.Symlink(t, regular, link)
-	if got, err := safefile.ReadFileFollow(link, max); err != nil || string(got) != "vfs: 8\n" {
+	if got, err := safefile.ReadFileFollow(link, limit); err != nil || string(got) != "vfs: 8\n" {
 		t.Errorf("through a link: %q, %v", got, err)
 	}
 	fifo := filepath.Join(dir, "fifo.yaml")
@@ -128,7 +128,7 @@ func TestReadFileFollow(t *testing.T) {
 		zero:   zero + " is a symbolic link to /dev/zero, a character device, not a regular file",
 	} {
 		var err error
-		safefiletest.Within(t, safefiletest.Prompt, "ReadFileFollow", func() { _, err = safefile.ReadFileFollow(path, max) })
+		safefiletest.Within(t, safefiletest.Prompt, "ReadFileFollow", func() { _, err = safefile.ReadFileFollow(path, limit) })
 		if !errors.Is(err, safefile.ErrNotRegular) || err.Error() != says {
 			t.Errorf("ReadFileFollow(%s): %v, want ErrNotRegular saying %q", path, err, says)
 		}
@@ -194,11 +194,11 @@ func TestReadFileReadsAtMostTheCap(t *testing.T) {
 	junk := filepath.Join(t.TempDir(), "junk.json")
 	safefiletest.Sparse(t, junk, 100<<20)
 	before := rchar(t)
-	if _, err := safefile.ReadFile(junk, max); !errors.Is(err, safefile.ErrTooLarge) {
+	if _, err := safefile.ReadFile(junk, limit); !errors.Is(err, safefile.ErrTooLarge) {
 		t.Fatalf("ReadFile of 100 MB: %v, want ErrTooLarge", err)
 	}
-	if read := rchar(t) - before; read < max+1 || read > max+1+4096 {
-		t.Errorf("read %d bytes of a 100 MB file with a cap of %d", read, max)
+	if read := rchar(t) - before; read < limit+1 || read > limit+1+4096 {
+		t.Errorf("read %d bytes of a 100 MB file with a cap of %d", read, limit)
 	}
 }
 
