@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile/safefiletest"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
@@ -105,5 +106,46 @@ func TestDoctorCommandRealSys(t *testing.T) {
 	}
 	if code == 2 {
 		t.Errorf("doctor could not check this machine:\n%s%s", out, errOut)
+	}
+}
+
+// TestDoctorCommandHostileFiles: the doctor finishes on a node whose
+// fw_ver is a FIFO (an attribute whose read never returns, as a fixture
+// stands for it) and reports it as a sysfs finding; a FIFO or a link to
+// /dev/zero given as --spec is a usage error naming what it is.
+func TestDoctorCommandHostileFiles(t *testing.T) {
+	n := sysfstest.NewDGXH200(t)
+	pf := n.PFs[0]
+	safefiletest.FIFO(t, filepath.Join(n.RDMAPath(pf.PCI, pf.RDMA), "fw_ver"))
+	var code int
+	var out, errOut string
+	safefiletest.Within(t, safefiletest.Prompt, "doctor", func() { code, out, errOut = runDoctorCmd("--sysfs-root", n.Root, "--kmsg", "", "--json") })
+	var rep struct{ Findings []doctor.Finding }
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s%s", err, out, errOut)
+	}
+	var sysfsFindings []string
+	for _, f := range rep.Findings {
+		if f.Check == doctor.CheckSysfs {
+			sysfsFindings = append(sysfsFindings, f.Subject+": "+f.Message)
+		}
+	}
+	if code != 1 || len(sysfsFindings) != 1 || !strings.HasPrefix(sysfsFindings[0], pf.PCI+": ") ||
+		!strings.Contains(sysfsFindings[0], "fw_ver is a FIFO, not a regular file") {
+		t.Errorf("doctor with a FIFO fw_ver: exit %d, sysfs findings %q; want exit 1 and one about %s's fw_ver", code, sysfsFindings, pf.PCI)
+	}
+
+	dir := t.TempDir()
+	fifo, zero := filepath.Join(dir, "fifo.yaml"), filepath.Join(dir, "node.yaml")
+	safefiletest.FIFO(t, fifo)
+	safefiletest.Symlink(t, "/dev/zero", zero)
+	for spec, says := range map[string]string{
+		fifo: fifo + " is a FIFO, not a regular file",
+		zero: zero + " is a symbolic link to /dev/zero, a character device, not a regular file",
+	} {
+		safefiletest.Within(t, safefiletest.Prompt, "doctor --spec", func() { code, out, errOut = runDoctorCmd("--sysfs-root", n.Root, "--spec", spec) })
+		if code != 2 || !strings.Contains(errOut, says) {
+			t.Errorf("doctor --spec %s: exit %d, stderr %q; want 2 and %q", filepath.Base(spec), code, errOut, says)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/vishvananda/netlink"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile/safefiletest"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
@@ -95,21 +97,34 @@ func hostLinks(t *testing.T, n *sysfstest.DGXNode) map[string][]string {
 // doctor finds these links by their sysfs name.
 func inHostNetns(t *testing.T, links map[string][]string, fn func() (*Report, error)) (*Report, error) {
 	t.Helper()
+	requireRoot(t)
+	rep, runErr, err := withHostLinks(links, fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep, runErr
+}
+
+func requireRoot(t *testing.T) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates links with altnames in a private network namespace (CI runs as root and must not skip this)")
 	}
+}
+
+// withHostLinks is inHostNetns without the test: it returns what fails in
+// setting up the netns as err, so a test can run it under a time bound.
+func withHostLinks(links map[string][]string, fn func() (*Report, error)) (rep *Report, runErr, err error) {
 	netns, err := ns.TempNetNS()
 	if err != nil {
-		t.Fatalf("create network namespace: %v", err)
+		return nil, nil, fmt.Errorf("create network namespace: %w", err)
 	}
-	t.Cleanup(func() { netns.Close() })
+	defer netns.Close()
 	names := make([]string, 0, len(links))
 	for name := range links {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	var rep *Report
-	var runErr error
 	err = netns.Do(func(ns.NetNS) error {
 		for i, name := range names {
 			veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: fmt.Sprintf("peer%d", i)}
@@ -125,10 +140,7 @@ func inHostNetns(t *testing.T, links map[string][]string, fn func() (*Report, er
 		rep, runErr = fn()
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rep, runErr
+	return rep, runErr, err
 }
 
 func TestHealthyDGXH200HasNoFindings(t *testing.T) {
@@ -601,4 +613,62 @@ func text(t *testing.T, r *Report) string {
 		t.Fatal(err)
 	}
 	return b.String()
+}
+
+// TestHostileSysfsAttributes: attributes that are not regular files (a
+// FIFO, how a fixture stands for an attribute whose read never returns; a
+// link to /dev/zero) are each a sysfs finding about their device, reported
+// at once; the rest of the node is checked as before.
+func TestHostileSysfsAttributes(t *testing.T) {
+	requireRoot(t)
+	n := dgxOnHost(t)
+	pf, vf, other := n.PFs[0], n.PFs[1].VFs[2], n.PFs[2].VFs[0]
+	fwVer := filepath.Join(n.RDMAPath(pf.PCI, pf.RDMA), "fw_ver")
+	state := filepath.Join(n.RDMAPath(vf.PCI, vf.RDMA), "ports", "1", "state")
+	guid := filepath.Join(n.RDMAPath(other.PCI, other.RDMA), "node_guid")
+	safefiletest.FIFO(t, fwVer)
+	safefiletest.FIFO(t, state)
+	safefiletest.Symlink(t, "/dev/zero", guid)
+	links := hostLinks(t, n)
+	var rep *Report
+	var runErr, err error
+	safefiletest.Within(t, safefiletest.Prompt, "the doctor", func() {
+		rep, runErr, err = withHostLinks(links, func() (*Report, error) {
+			return Run(Options{SysfsRoot: n.Root, ExpectVFs: sysfstest.DGXVFsPerPF, LinkLayer: config.LinkLayerInfiniBand})
+		})
+	})
+	if err = errors.Join(err, runErr); err != nil {
+		t.Fatal(err)
+	}
+	var got []key
+	for _, f := range rep.Findings {
+		if f.Severity == SeverityError {
+			got = append(got, key{f.Severity, f.Check, f.Subject})
+		}
+	}
+	want := []key{{SeverityError, CheckSysfs, pf.PCI}, {SeverityError, CheckSysfs, vf.PCI}, {SeverityError, CheckSysfs, other.PCI}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("error findings (-want +got):\n%s\n%s", diff, text(t, rep))
+	}
+	for subject, says := range map[string]string{
+		pf.PCI:    "fw_ver is a FIFO, not a regular file",
+		vf.PCI:    "state is a FIFO, not a regular file",
+		other.PCI: "node_guid is a symbolic link to /dev/zero, not a regular file",
+	} {
+		if msg := findingAbout(rep, CheckSysfs, subject); !strings.Contains(msg, says) {
+			t.Errorf("sysfs finding about %s is %q, want it to say %q", subject, msg, says)
+		}
+	}
+	if rep.PFs != 8 || rep.VFs != 64 {
+		t.Errorf("found %d PFs and %d VFs, want 8 and 64", rep.PFs, rep.VFs)
+	}
+}
+
+func findingAbout(r *Report, check, subject string) string {
+	for _, f := range r.Findings {
+		if f.Check == check && f.Subject == subject {
+			return f.Message
+		}
+	}
+	return ""
 }

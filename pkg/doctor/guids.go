@@ -2,7 +2,6 @@ package doctor
 
 import (
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 
@@ -97,11 +96,11 @@ func (r *run) reportDuplicates(kind string, byGUID map[sysfs.GUID][]guidOwner) {
 // are the subnet prefix, fe80:: by default). An unreadable or all-zero GID
 // is not a finding: there is simply no port GUID to judge.
 func (r *run) portGUID(addr, rdma string, port int) (sysfs.GUID, bool) {
-	raw, err := os.ReadFile(r.sys.PCIPath(addr, "infiniband", rdma, "ports", fmt.Sprint(port), "gids", "0"))
+	raw, err := sysfs.ReadAttr(r.sys.PCIPath(addr, "infiniband", rdma, "ports", fmt.Sprint(port), "gids", "0"))
 	if err != nil {
 		return 0, false
 	}
-	groups := strings.Split(strings.TrimSpace(string(raw)), ":")
+	groups := strings.Split(raw, ":")
 	if len(groups) != 8 || strings.Trim(strings.Join(groups, ""), "0") == "" {
 		return 0, false // not a GID, or an empty table entry (no prefix either)
 	}

@@ -127,7 +127,9 @@ func readFunction(sys sysfs.Reader, addr string) (*function, error) {
 	}
 	f.rdma = rdma
 	if len(rdma) > 0 {
-		f.fwVer = sys.FWVer(addr, rdma[0].Name)
+		if f.fwVer, err = sys.FWVer(addr, rdma[0].Name); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return f, errors.Join(errs...)
 }

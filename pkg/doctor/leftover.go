@@ -381,6 +381,11 @@ func (r *run) checkLeftovers() int {
 			"free VFs not checked for leftover names: %v", err)
 		return 0
 	}
+	if n := countJoined(err); n > 0 {
+		r.add(SeverityWarning, CheckVFLeftover, "node", "look at the files named: the plugin writes each record as a regular JSON file under 1 MiB; "+
+			"move away what is not one (DEL and GC go on without it)",
+			"%d attachment records in %s cannot be read, so the VFs they claim may be judged free: %v", n, r.opts.StateDir, err)
+	}
 	inPods := r.checkRDMANetns(recs)
 	if r.linkErr != nil {
 		return inPods // checkNames said why the links cannot be read

@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile/safefiletest"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
@@ -120,5 +122,40 @@ func TestLeftoverVFsReported(t *testing.T) {
 		if f.Check == CheckVFLeftover {
 			t.Errorf("leftover finding without a state dir: %+v", f)
 		}
+	}
+}
+
+// TestUnreadableRecordReported: a FIFO named like a record in the state
+// dir is not waited on; the doctor says which record it could not read and
+// judges the VFs of the others as before.
+func TestUnreadableRecordReported(t *testing.T) {
+	n := newLeftoverNode(t)
+	fifo := filepath.Join(n.stateDir, "attachments", "rail_fifo_net1.json")
+	safefiletest.FIFO(t, fifo)
+	requireRoot(t)
+	var rep *Report
+	var runErr, err error
+	safefiletest.Within(t, safefiletest.Prompt, "the doctor", func() {
+		rep, runErr, err = withHostLinks(n.links, func() (*Report, error) {
+			return Run(Options{SysfsRoot: n.sys.Root, StateDir: n.stateDir, LinkDir: n.linkDir})
+		})
+	})
+	if err = errors.Join(err, runErr); err != nil {
+		t.Fatal(err)
+	}
+	var got []key
+	for _, f := range rep.Findings {
+		if f.Check != CheckVFLeftover {
+			continue
+		}
+		got = append(got, key{f.Severity, f.Check, f.Subject})
+		if f.Subject == "node" && !strings.Contains(f.Message, fifo+" is a FIFO, not a regular file") {
+			t.Errorf("the finding about unreadable records does not name the FIFO: %s", f.Message)
+		}
+	}
+	want := []key{{SeverityWarning, CheckVFLeftover, leftoverVF(0)}, {SeverityWarning, CheckVFLeftover, leftoverVF(1)},
+		{SeverityWarning, CheckVFLeftover, "node"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("leftover findings with a FIFO record (-want +got):\n%s\n%s", diff, text(t, rep))
 	}
 }

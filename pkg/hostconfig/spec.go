@@ -10,12 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 )
 
@@ -148,9 +148,15 @@ func ParseSpec(data []byte) (*Spec, error) {
 	return &s, nil
 }
 
-// ReadSpec reads node.yaml from path and parses it with ParseSpec.
+// MaxSpecSize caps the read of a spec: a DGX node's is about 1 KiB.
+const MaxSpecSize = 1 << 20
+
+// ReadSpec reads node.yaml from path and parses it with ParseSpec. The path
+// may be a link (a ConfigMap mount makes it one), but what it leads to must
+// be a regular file of at most MaxSpecSize: a FIFO or /dev/zero given as the
+// spec is an error naming it, not a hang (package safefile).
 func ReadSpec(path string) (*Spec, error) {
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadFileFollow(path, MaxSpecSize)
 	if err != nil {
 		return nil, fmt.Errorf("read hostconfig spec: %w", err)
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile/safefiletest"
 )
 
 func TestParseSpecDefaults(t *testing.T) {
@@ -113,5 +115,36 @@ func TestReadSpec(t *testing.T) {
 	}
 	if _, err := ReadSpec(filepath.Join(dir, "none.yaml")); !errors.Is(err, fs.ErrNotExist) || !strings.HasPrefix(err.Error(), "read hostconfig spec: open ") {
 		t.Errorf("ReadSpec(missing) = %v; want fs.ErrNotExist, saying what was read", err)
+	}
+}
+
+// TestReadSpecHostile: a spec given through a link (as a ConfigMap mount
+// gives it) is read; a FIFO, a link to /dev/zero or 100 MB of junk given as
+// the spec is an error naming it, at once.
+func TestReadSpecHostile(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(good, []byte("vfs: 8\npfs: [{pci: 0000:18:00.0}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "node.yaml")
+	safefiletest.Symlink(t, good, link)
+	if spec, err := ReadSpec(link); err != nil || spec.VFs != 8 {
+		t.Errorf("ReadSpec(link to a good spec) = %+v, %v", spec, err)
+	}
+	fifo, zero, junk := filepath.Join(dir, "fifo.yaml"), filepath.Join(dir, "zero.yaml"), filepath.Join(dir, "junk.yaml")
+	safefiletest.FIFO(t, fifo)
+	safefiletest.Symlink(t, "/dev/zero", zero)
+	safefiletest.Sparse(t, junk, 100<<20)
+	for path, says := range map[string]string{
+		fifo: fifo + " is a FIFO, not a regular file",
+		zero: zero + " is a symbolic link to /dev/zero, a character device, not a regular file",
+		junk: junk + " is larger than 1 MiB",
+	} {
+		var err error
+		safefiletest.Within(t, safefiletest.Prompt, "ReadSpec", func() { _, err = ReadSpec(path) })
+		if err == nil || err.Error() != "read hostconfig spec: "+says {
+			t.Errorf("ReadSpec(%s) = %v; want %q", filepath.Base(path), err, says)
+		}
 	}
 }

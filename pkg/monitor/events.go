@@ -18,6 +18,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/rdma"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
@@ -469,18 +470,22 @@ func (p *portPoll) closeFiles() {
 }
 
 // portFiles opens the files to poll of the VF's devices under sys:
-// infiniband/*/node_guid and infiniband/*/ports/*/{state,link_layer}.
+// infiniband/*/node_guid and infiniband/*/ports/*/{state,link_layer}. Each
+// is opened as package safefile opens a file: non-blocking, not through a
+// link, and only if it is a regular file; one that is not (a FIFO in a
+// fixture, where a read would never return) is left out of the poll, and
+// the attachment's checks, which read it through sysfs.ReadAttr, report it.
 func portFiles(sys sysfs.Reader, pci string) []*os.File {
 	files := []*os.File{} // opened: none is not nil
 	devs, _ := os.ReadDir(sys.PCIPath(pci, "infiniband"))
 	for _, d := range devs {
-		if f, err := os.Open(sys.PCIPath(pci, "infiniband", d.Name(), "node_guid")); err == nil {
+		if f, err := safefile.Open(sys.PCIPath(pci, "infiniband", d.Name(), "node_guid")); err == nil {
 			files = append(files, f)
 		}
 		ports, _ := os.ReadDir(sys.PCIPath(pci, "infiniband", d.Name(), "ports"))
 		for _, port := range ports {
 			for _, attr := range []string{"state", "link_layer"} {
-				if f, err := os.Open(sys.PCIPath(pci, "infiniband", d.Name(), "ports", port.Name(), attr)); err == nil {
+				if f, err := safefile.Open(sys.PCIPath(pci, "infiniband", d.Name(), "ports", port.Name(), attr)); err == nil {
 					files = append(files, f)
 				}
 			}

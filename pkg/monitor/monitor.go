@@ -224,8 +224,9 @@ type Monitor struct {
 	started     time.Time
 	lastSweep   time.Time // end of the last completed sweep
 	lastTook    time.Duration
-	listErr     error // the state dir could not be listed at all
-	readErrs    int   // record files that could not be read
+	listErr     error  // the state dir could not be listed at all
+	readErrs    int    // record files that could not be read
+	readErrText string // what the last sweep said about them, "" for none
 	doctorRep   *doctor.Report
 	doctorErr   error
 	doctorAt    time.Time
@@ -337,18 +338,25 @@ func (m *Monitor) Sweep(ctx context.Context) {
 	}
 	took := time.Since(start)
 	m.mu.Lock()
-	prevListErr := m.listErr
+	prevListErr, prevReadErrText := m.listErr, m.readErrText
 	if listFailed {
 		m.listErr = err
 	} else {
 		m.listErr = nil
 		m.readErrs = countReadErrors(err)
+		m.readErrText = ""
+		if err != nil {
+			m.readErrText = err.Error()
+		}
 	}
 	m.lastSweep, m.lastTook = time.Now(), took
 	m.mu.Unlock()
 	switch {
 	case listFailed && (prevListErr == nil || prevListErr.Error() != err.Error()):
 		m.log.Error("cannot list attachment records", "stateDir", m.cfg.StateDir, "err", err)
+	case !listFailed && err != nil && err.Error() != prevReadErrText:
+		// Once per change, not every sweep: the metric counts them meanwhile.
+		m.log.Warn("some attachment records are unreadable", "files", countReadErrors(err), "err", err)
 	case !listFailed && err != nil:
 		m.log.Debug("some attachment records are unreadable", "err", err)
 	case !listFailed && prevListErr != nil:

@@ -3,11 +3,10 @@ package plugin
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"os"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 )
 
@@ -62,19 +61,14 @@ func readDeviceInfo(path string) (string, error) {
 	return config.NormalizePCI(field+" pci.pci-address", di.PCI.Address)
 }
 
-// readBounded reads a file of at most limit bytes.
+// readBounded reads a device info file: a regular file of at most limit
+// bytes, not a link, opened without waiting on a FIFO (package safefile).
+// Multus writes it in its own directory; anything else there is refused
+// with what was found.
 func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
+	data, err := safefile.ReadFile(path, limit)
 	if err != nil {
-		return nil, fmt.Errorf("cannot read %s: %w", path, err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("cannot read %s: %w", path, err)
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
+		return nil, fmt.Errorf("cannot read the device info file: %w", err)
 	}
 	return data, nil
 }

@@ -10,7 +10,10 @@ import (
 
 	current "github.com/containernetworking/cni/pkg/types/100"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile/safefiletest"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/rdma"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 )
 
 func parseConf(t *testing.T, stdin string) *config.NetConf {
@@ -137,5 +140,35 @@ func TestResolvePCIErrorNamesFile(t *testing.T) {
 	_, _, err := resolvePCI(conf, nil, podNetns, "net1")
 	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), `"net"`) {
 		t.Errorf("error %v does not name the file and the type it found", err)
+	}
+}
+
+// TestDeviceInfoFileHostile: a device info file that is a FIFO, a link (to
+// /dev/zero) or 100 MB of junk is refused at once, naming the file and
+// what it is: resolvePCI fails with error 7's field, and the completion
+// after ADD (fillDeviceInfo) leaves it alone.
+func TestDeviceInfoFileHostile(t *testing.T) {
+	dir := t.TempDir()
+	fifo, zero, junk := filepath.Join(dir, "fifo.json"), filepath.Join(dir, "zero.json"), filepath.Join(dir, "junk.json")
+	safefiletest.FIFO(t, fifo)
+	safefiletest.Symlink(t, "/dev/zero", zero)
+	safefiletest.Sparse(t, junk, 100<<20)
+	a := &attachment{pci: "0000:18:00.2", vf: &sysfs.VF{PF: "0000:18:00.0"}, rdma: &rdma.Lookup{}}
+	for path, says := range map[string]string{
+		fifo: fifo + " is a FIFO, not a regular file",
+		zero: zero + " is a symbolic link to /dev/zero, not a regular file",
+		junk: junk + " is larger than 64 KiB",
+	} {
+		conf := parseConf(t, `{"cniVersion": "1.1.0", "name": "n", "type": "t", "runtimeConfig": {"CNIDeviceInfoFile": "`+path+`"}}`)
+		var err, fillErr error
+		safefiletest.Within(t, safefiletest.Prompt, "resolvePCI", func() { _, _, err = resolvePCI(conf, nil, podNetns, "net1") })
+		safefiletest.Within(t, safefiletest.Prompt, "fillDeviceInfo", func() { _, fillErr = fillDeviceInfo(path, a) })
+		var ce *config.Error
+		if !errors.As(err, &ce) || ce.Field != "runtimeConfig.CNIDeviceInfoFile" || !strings.Contains(err.Error(), says) {
+			t.Errorf("resolvePCI with %s: %v; want a runtimeConfig.CNIDeviceInfoFile error saying %q", filepath.Base(path), err, says)
+		}
+		if fillErr == nil || !strings.Contains(fillErr.Error(), says) {
+			t.Errorf("fillDeviceInfo of %s: %v; want an error saying %q", filepath.Base(path), fillErr, says)
+		}
 	}
 }

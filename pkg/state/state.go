@@ -18,10 +18,17 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile"
 )
 
 // RecordVersion is the schema version written into new records.
 const RecordVersion = 1
+
+// MaxFileSize caps the read of a record and of the GUID index. A record is
+// under 2 KiB and a DGX node's index about 4 KiB; anything near the cap is
+// not ours, and is reported as unreadable instead of read into memory.
+const MaxFileSize = 1 << 20
 
 // ErrNotFound reports a missing record.
 var ErrNotFound = errors.New("no attachment record")
@@ -201,13 +208,17 @@ func (s *Store) Load(k Key) (*Record, error) {
 	return readRecord(s.Path(k))
 }
 
+// readRecord reads and decodes the record file at path. Only a regular
+// file up to MaxFileSize is read, without following a link and without
+// waiting on a FIFO (package safefile): a file someone put in the state
+// directory must not stall or flood a verb, the monitor or the doctor.
 func readRecord(path string) (*Record, error) {
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadFile(path, MaxFileSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read record %s: %w", path, err)
+		return nil, fmt.Errorf("read record: %w", err)
 	}
 	r := &Record{}
 	if err := json.Unmarshal(data, r); err != nil {
@@ -320,18 +331,20 @@ type VFLock struct {
 
 // LockVF takes an exclusive lock for one VF (by its normalized PCI address).
 // The lock is an flock on locks/<pci>.lock, so it dies with the process
-// that held it; Unlock releases it.
+// that held it; Unlock releases it. The lock file is written (its index),
+// so it is opened without following a link and must be a regular file: a
+// link there would have root write into whatever it points at.
 func (s *Store) LockVF(pci string) (*VFLock, error) {
 	if strings.ContainsAny(pci, "/\x00") || pci == "" || strings.HasPrefix(pci, ".") {
 		return nil, fmt.Errorf("lock VF %q: not a PCI address", pci)
 	}
 	path := filepath.Join(s.lockDir(), pci+".lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := safefile.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(s.lockDir(), 0o700); err != nil {
 			return nil, fmt.Errorf("create lock directory: %w", err)
 		}
-		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		f, err = safefile.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open lock %s: %w", path, err)
@@ -603,9 +616,14 @@ func (s *Store) Writable() error {
 const guidIndexFile = "guid-index"
 
 // LoadGUIDIndex reads the saved GUID index; an error wrapping
-// fs.ErrNotExist when there is none.
+// fs.ErrNotExist when there is none. Like a record, it is read only as a
+// regular file up to MaxFileSize (ADD then scans, and saves a new one).
 func (s *Store) LoadGUIDIndex() ([]byte, error) {
-	return os.ReadFile(filepath.Join(s.dir, guidIndexFile))
+	data, err := safefile.ReadFile(filepath.Join(s.dir, guidIndexFile), MaxFileSize)
+	if err != nil {
+		return nil, fmt.Errorf("read the GUID index: %w", err)
+	}
+	return data, nil
 }
 
 // SaveGUIDIndex replaces the saved GUID index atomically, as Save does a

@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile"
 )
 
 // ErrNoDevice reports a PCI address with no device under the sysfs root.
@@ -103,12 +105,21 @@ func (r Reader) ReadFunction(addr string) (*VF, error) {
 }
 
 // FWVer is the firmware version RDMA device name of PCI function addr
-// reports, "" when it cannot be read. ADD and CHECK do not need it, so
-// ReadVF and RDMADevices leave it out.
+// reports; "" and no error when the device has no fw_ver. A file that is
+// there and cannot be read (not a regular file, as an attribute of a wedged
+// device can be made to look in a fixture) is an error for the doctor to
+// report. ADD and CHECK do not need it, so ReadVF and RDMADevices leave it
+// out.
 // Equivalent to: cat $root/bus/pci/devices/$addr/infiniband/$name/fw_ver
-func (r Reader) FWVer(addr, name string) string {
-	v, _ := ReadAttr(r.pciPath(addr, "infiniband", name, "fw_ver"))
-	return v
+func (r Reader) FWVer(addr, name string) (string, error) {
+	v, err := ReadAttr(r.pciPath(addr, "infiniband", name, "fw_ver"))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("read fw_ver of %s (%s): %w", name, addr, err)
+	}
+	return v, nil
 }
 
 // readlinkBase returns the last element of the target of the symlink path.
@@ -280,10 +291,17 @@ func (r Reader) Readable() error {
 	return nil
 }
 
-// ReadAttr reads one sysfs attribute, without surrounding space.
+// MaxAttrSize caps the read of one sysfs attribute: a page, all a show()
+// method may write. Everything this project reads is a few bytes.
+const MaxAttrSize = 4096
+
+// ReadAttr reads one sysfs attribute, without surrounding space. Only a
+// regular file is read (not a link in the last element, a FIFO or a device
+// node), opened non-blocking and up to MaxAttrSize: a tree that is not the
+// kernel's cannot stall or flood the reader (see package safefile).
 // Equivalent to: cat $path
 func ReadAttr(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFile(path, MaxAttrSize)
 	if err != nil {
 		return "", err
 	}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile/safefiletest"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
@@ -304,10 +306,84 @@ func mustRemove(t *testing.T, path string) {
 func TestFWVer(t *testing.T) {
 	tree := smallNode(t)
 	r := sysfs.Reader{Root: tree.Root}
-	if got := r.FWVer(vf0, "mlx5_10"); got != "28.43.1014" {
-		t.Errorf("FWVer(%s, mlx5_10) = %q, want 28.43.1014", vf0, got)
+	if got, err := r.FWVer(vf0, "mlx5_10"); got != "28.43.1014" || err != nil {
+		t.Errorf("FWVer(%s, mlx5_10) = %q, %v; want 28.43.1014", vf0, got, err)
 	}
-	if got := r.FWVer(vf0, "mlx5_99"); got != "" {
-		t.Errorf("FWVer of a missing RDMA device = %q, want empty", got)
+	if got, err := r.FWVer(vf0, "mlx5_99"); got != "" || err != nil {
+		t.Errorf("FWVer of a missing RDMA device = %q, %v; want empty, no error", got, err)
+	}
+}
+
+// TestHostileAttributes: an attribute that is not a regular file (a FIFO,
+// which is how a fixture stands for a read that never returns, or a link
+// to /dev/zero) or is larger than a page is an error naming it, returned
+// at once, for the device it belongs to; the node's other devices read as
+// before.
+func TestHostileAttributes(t *testing.T) {
+	attr := func(tree *sysfstest.Tree, elem ...string) string {
+		return filepath.Join(append([]string{tree.RDMAPath(vf0, "mlx5_10")}, elem...)...)
+	}
+	for _, tc := range []struct {
+		name   string
+		break_ func(t *testing.T, tree *sysfstest.Tree) string
+		read   func(r sysfs.Reader) error
+		want   error
+	}{
+		{"FIFO fw_ver", func(t *testing.T, tree *sysfstest.Tree) string {
+			p := attr(tree, "fw_ver")
+			safefiletest.FIFO(t, p)
+			return p
+		}, func(r sysfs.Reader) error { _, err := r.FWVer(vf0, "mlx5_10"); return err }, safefile.ErrNotRegular},
+		{"FIFO ports/1/state", func(t *testing.T, tree *sysfstest.Tree) string {
+			p := attr(tree, "ports", "1", "state")
+			safefiletest.FIFO(t, p)
+			return p
+		}, func(r sysfs.Reader) error { _, err := r.ReadVF(vf0); return err }, safefile.ErrNotRegular},
+		{"FIFO node_guid", func(t *testing.T, tree *sysfstest.Tree) string {
+			p := attr(tree, "node_guid")
+			safefiletest.FIFO(t, p)
+			return p
+		}, func(r sysfs.Reader) error { _, err := r.RDMADevices(vf0); return err }, safefile.ErrNotRegular},
+		{"node_guid a link to /dev/zero", func(t *testing.T, tree *sysfstest.Tree) string {
+			p := attr(tree, "node_guid")
+			safefiletest.Symlink(t, "/dev/zero", p)
+			return p
+		}, func(r sysfs.Reader) error { _, err := r.ReadVF(vf0); return err }, safefile.ErrNotRegular},
+		{"phys_state larger than a page", func(t *testing.T, tree *sysfstest.Tree) string {
+			p := attr(tree, "ports", "1", "phys_state")
+			safefiletest.Sparse(t, p, 100<<20)
+			return p
+		}, func(r sysfs.Reader) error { _, err := r.ReadVF(vf0); return err }, safefile.ErrTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tree := smallNode(t)
+			path := tc.break_(t, tree)
+			r := sysfs.Reader{Root: tree.Root}
+			var err error
+			safefiletest.Within(t, safefiletest.Prompt, "the read", func() { err = tc.read(r) })
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), filepath.Base(path)) {
+				t.Errorf("read with %s: %v, want %v naming %s", tc.name, err, tc.want, path)
+			}
+			if _, err := r.ReadVF(vf7); err != nil {
+				t.Errorf("another VF of the node: %v", err)
+			}
+		})
+	}
+}
+
+// TestScanGUIDsSkipsHostileNodeGUID: the GUID index scan leaves out a
+// device whose node_guid is a FIFO, as it does one that went away, and
+// returns at once.
+func TestScanGUIDsSkipsHostileNodeGUID(t *testing.T) {
+	tree := smallNode(t)
+	safefiletest.FIFO(t, filepath.Join(tree.RDMAPath(vf0, "mlx5_10"), "node_guid"))
+	var idx *sysfs.GUIDIndex
+	var err error
+	safefiletest.Within(t, safefiletest.Prompt, "ScanGUIDs", func() { idx, err = sysfs.Reader{Root: tree.Root}.ScanGUIDs() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := idx.GUIDs["mlx5_10"]; ok || len(idx.GUIDs) != 2 {
+		t.Errorf("GUIDs read: %v; want mlx5_0 and mlx5_17 only", idx.GUIDs)
 	}
 }
