@@ -201,11 +201,18 @@ func (s *Store) Load(k Key) (*Record, error) {
 	return readRecord(s.Path(k))
 }
 
+// readRecord reads a record file; a symlink in its place is an error
+// (O_NOFOLLOW), never the file it points at.
 func readRecord(path string) (*Record, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, ErrNotFound
 	}
+	if err != nil {
+		return nil, fmt.Errorf("read record %s: %w", path, err)
+	}
+	data, err := io.ReadAll(f)
+	f.Close()
 	if err != nil {
 		return nil, fmt.Errorf("read record %s: %w", path, err)
 	}
@@ -326,12 +333,15 @@ func (s *Store) LockVF(pci string) (*VFLock, error) {
 		return nil, fmt.Errorf("lock VF %q: not a PCI address", pci)
 	}
 	path := filepath.Join(s.lockDir(), pci+".lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	// A symlink in the lock's place is an error, never a file elsewhere
+	// created or written through it.
+	const flags = os.O_RDWR | os.O_CREATE | unix.O_NOFOLLOW
+	f, err := os.OpenFile(path, flags, 0o600)
 	if errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(s.lockDir(), 0o700); err != nil {
 			return nil, fmt.Errorf("create lock directory: %w", err)
 		}
-		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		f, err = os.OpenFile(path, flags, 0o600)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open lock %s: %w", path, err)
@@ -349,9 +359,11 @@ func (s *Store) LockVF(pci string) (*VFLock, error) {
 	return &VFLock{f: f, s: s, pci: pci}, nil
 }
 
-// OpenLog opens a log file for appending, creating it with mode 0600.
+// OpenLog opens a log file for appending, creating it with mode 0600. A
+// symlink at path is an error (O_NOFOLLOW): a link planted under an
+// allowed log root cannot make root append to a file outside it.
 func OpenLog(path string) (*os.File, error) {
-	return os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	return os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 }
 
 // Unlock releases the lock.
