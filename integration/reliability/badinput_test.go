@@ -283,6 +283,10 @@ func badCases() []badCase {
 		{name: "netns is a regular file", env: func(e *badEnv) []string { return []string{"CNI_NETNS=" + filepath.Join(e.files, "regular")} },
 			code: 4, msg: "does not exist"},
 		{name: "netns empty", env: envs("CNI_NETNS="), code: 4, msg: "[CNI_NETNS] missing"},
+		// Our DEL leaves the host alone and succeeds; skel then answers 8
+		// for the same reason, as it does for every plugin.
+		{name: "netns is the host's own", env: envs("CNI_NETNS=/proc/self/ns/net"), code: 4,
+			msg: "CNI_NETNS /proc/self/ns/net is the host's network namespace", delCode: 8},
 
 		// cniVersion.
 		{name: "cniVersion 0.2.0", stdin: with(map[string]any{"cniVersion": "0.2.0"}), code: 1, msg: "incompatible CNI versions", delCode: 1},

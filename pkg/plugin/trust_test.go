@@ -1,7 +1,9 @@
 package plugin_test
 
 import (
+	"errors"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,6 +13,56 @@ import (
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 )
+
+// TestHostNetnsIsNeverActedIn gives the verbs, which run inside the host
+// stand-in, that very netns as CNI_NETNS. The VF's stand-in is there
+// under its host name with its altname, so an ADD that went ahead would
+// find it and rename it to net1 on the host, and a DEL would do the same.
+// ADD must refuse with 4 before it changes or writes anything; DEL must
+// succeed and leave the host's links alone.
+func TestHostNetnsIsNeverActedIn(t *testing.T) {
+	requireRoot(t)
+	node := newDGX(t)
+	t.Run("ADD", func(t *testing.T) {
+		f := newFixture(t, node)
+		a := args("ctr", f.host, "net1", stdin(t, f.conf(nil), hostDeviceResult(f.host, "net1")))
+		hostBefore := links(t, f.host)
+
+		_, err := f.add(t, a)
+
+		if got := cniCode(t, err); got != types.ErrInvalidEnvironmentVariables {
+			t.Fatalf("ADD: code %d (%v), want %d", got, err, types.ErrInvalidEnvironmentVariables)
+		}
+		for _, s := range []string{"CNI_NETNS " + f.host.Path(), "is the host's network namespace", "refusing"} {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("ADD error does not say %q: %v", s, err)
+			}
+		}
+		if diff := cmp.Diff(hostBefore, links(t, f.host)); diff != "" {
+			t.Errorf("ADD changed the host's links (-before +after):\n%s", diff)
+		}
+		// No record, no lock file, no lock index: the state dir was never made.
+		if _, err := os.Stat(f.stateDir); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("ADD made the state dir %s (%v): want nothing written", f.stateDir, err)
+		}
+	})
+	t.Run("DEL", func(t *testing.T) {
+		f := newFixture(t, node)
+		a := args("ctr", f.host, "net1", stdin(t, f.conf(nil), hostDeviceResult(f.host, "net1")))
+		hostBefore := links(t, f.host)
+
+		if err := f.del(t, a); err != nil {
+			t.Fatalf("DEL: %v", err)
+		}
+
+		if diff := cmp.Diff(hostBefore, links(t, f.host)); diff != "" {
+			t.Errorf("DEL changed the host's links (-before +after):\n%s", diff)
+		}
+		if l := f.logLines(t, "DEL: CNI_NETNS is the host's network namespace", f.host.Path()); len(l) != 1 {
+			t.Errorf("want one log line saying DEL left the host alone, got %q", l)
+		}
+	})
+}
 
 // TestPathsOutsideAllowedRoots runs a network configuration whose logFile,
 // stateDir or sysfsRoot lies outside the allowed roots, as a namespace user
