@@ -132,7 +132,7 @@ func checkConfList(t *testing.T, conf []byte, want network) *libcni.NetworkConfi
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := config.Parse(asWritten.Bytes)
+	c, err := config.Parse(asWritten.Bytes, config.DefaultRoots())
 	if err != nil {
 		t.Fatalf("%s rejects its config: %v\n%s", pluginType, err, asWritten.Bytes)
 	}
@@ -159,7 +159,7 @@ func checkConfList(t *testing.T, conf []byte, want network) *libcni.NetworkConfi
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err = config.Parse(received.Bytes)
+	c, err = config.Parse(received.Bytes, config.DefaultRoots())
 	if err != nil {
 		t.Fatalf("%s rejects the config Multus sends: %v\n%s", pluginType, err, received.Bytes)
 	}

@@ -82,6 +82,8 @@ func main() {
 	if parent {
 		os.Exit(code)
 	}
+	// The plugin's log and libcni's cache go to -disk-dir, wherever it is.
+	harness.AllowRoots(o.diskDir)
 	if o.binDir, err = filepath.Abs(o.binDir); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(2)

@@ -45,10 +45,12 @@ func InPrivateNamespaces() bool { return os.Getenv(privateEnv) == "1" }
 // Reexec runs the current program again inside fresh network and mount
 // namespaces (unshare --net --mount --fork), so nothing it does reaches the
 // host's interfaces or mount table, and returns its exit code. Inside, it
-// mounts a private tmpfs for netns bind mounts and brings lo up. ok is false
-// when this process is the re-executed child and should go on.
+// mounts a private tmpfs for netns bind mounts and brings lo up, and allows
+// the plugin the fixture roots (see AllowRoots). ok is false when this
+// process is the re-executed child and should go on.
 func Reexec() (code int, ok bool, err error) {
 	if InPrivateNamespaces() {
+		AllowRoots(FixtureRoots()...)
 		return 0, false, setupInside()
 	}
 	if os.Geteuid() != 0 {
@@ -96,6 +98,30 @@ func setupInside() error {
 	}
 	return netlink.LinkSetUp(lo)
 }
+
+// FixtureRoots are where the suites, the demo and the bench keep fixture
+// sysfs trees, state dirs and plugin logs: the temp dir and the places a
+// run points TMPDIR or the bench's -disk-dir at.
+func FixtureRoots() []string { return []string{os.TempDir(), "/dev/shm", "/tmp", "/var/tmp"} }
+
+// AllowRoots adds dirs to config.AllowedRootsEnv in this process's
+// environment, as a node administrator adds roots in the runtime's, so the
+// plugin honours stateDir, sysfsRoot and logFile there. libcni hands the
+// environment to every plugin it runs; a plugin started with an
+// environment of its own needs RootsEnv.
+func AllowRoots(dirs ...string) {
+	cur := os.Getenv(config.AllowedRootsEnv)
+	for _, d := range dirs {
+		if !slices.Contains(strings.Split(cur, ":"), d) {
+			cur = strings.TrimPrefix(cur+":"+d, ":")
+		}
+	}
+	os.Setenv(config.AllowedRootsEnv, cur)
+}
+
+// RootsEnv is the config.AllowedRootsEnv entry of this process's
+// environment, for a plugin run with an environment of its own.
+func RootsEnv() string { return config.AllowedRootsEnv + "=" + os.Getenv(config.AllowedRootsEnv) }
 
 // RunPrivileged is the TestMain of a privileged suite: it re-executes the
 // test binary in private namespaces and runs the tests there. Without root
@@ -402,7 +428,7 @@ func Exec(tb TB, plugin, command, containerID, netns, ifName string, stdin []byt
 	tb.Helper()
 	cmd := exec.Command(plugin)
 	cmd.Env = []string{"CNI_COMMAND=" + command, "CNI_CONTAINERID=" + containerID, "CNI_NETNS=" + netns,
-		"CNI_IFNAME=" + ifName, "CNI_PATH=" + filepath.Dir(plugin), "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+		"CNI_IFNAME=" + ifName, "CNI_PATH=" + filepath.Dir(plugin), "PATH=/usr/sbin:/usr/bin:/sbin:/bin", RootsEnv()}
 	cmd.Stdin = strings.NewReader(string(stdin))
 	out, err := cmd.Output()
 	if err == nil {

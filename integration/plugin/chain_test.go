@@ -464,7 +464,7 @@ func TestStatus(t *testing.T) {
 	file := e.sys.Root + "/bus/pci/devices/" + pf + "/vendor"
 	for name, extra := range map[string]map[string]any{
 		"stateDir under a file": {"stateDir": file + "/state"},
-		"sysfsRoot unreadable":  {"sysfsRoot": "/nonexistent-sysfs"},
+		"sysfsRoot unreadable":  {"sysfsRoot": filepath.Join(t.TempDir(), "nonexistent-sysfs")}, // inside the allowed roots
 	} {
 		c := harness.NewChain(t, e.bins, harness.ConfList("1.1.0", "vfnet", e.ours(0, extra)))
 		err := c.CNI.GetStatusNetworkList(t.Context(), c.List)

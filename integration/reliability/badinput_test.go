@@ -249,7 +249,9 @@ func badCases() []badCase {
 			return map[string]any{"sysfsRoot": filepath.Join(e.files, "regular")}
 		}), code: 5, msg: "not a directory"},
 		{name: "sysfsRoot relative", stdin: with(map[string]any{"sysfsRoot": "sys"}), code: 7, msg: `invalid sysfsRoot: "sys" is not an absolute path`},
-		{name: "sysfsRoot missing", stdin: with(map[string]any{"sysfsRoot": "/nonexistent/sys"}), code: 100, msg: "no such PCI device under /nonexistent/sys"},
+		{name: "sysfsRoot missing", stdin: withf(func(e *badEnv) map[string]any {
+			return map[string]any{"sysfsRoot": filepath.Join(e.root, "nonexistent", "sys")}
+		}), code: 100, msg: "no such PCI device under /"},
 		{name: "sysfsRoot with NUL", stdin: with(map[string]any{"sysfsRoot": "/sys\x00/x"}), code: 7, msg: "invalid sysfsRoot"},
 
 		// stateDir and logFile.
@@ -263,11 +265,28 @@ func badCases() []badCase {
 		{name: "stateDir relative", stdin: with(map[string]any{"stateDir": "state"}), code: 7, msg: `invalid stateDir: "state" is not an absolute path`},
 		{name: "logFile relative", stdin: with(map[string]any{"logFile": "plugin.log"}), code: 7, msg: `invalid logFile: "plugin.log" is not an absolute path`},
 
+		// Paths outside the allowed roots (issue 24 A8). /var/lib is a private
+		// tmpfs here and snapshotted: a plugin that honoured them would
+		// show up as a write outside the state dir.
+		{name: "stateDir outside the allowed roots", stdin: with(map[string]any{"stateDir": "/var/lib/evil"}), code: 7,
+			msg: `invalid stateDir: "/var/lib/evil" is outside the allowed roots /var/lib/cni, /run,`},
+		{name: "stateDir escaping with ..", stdin: withf(func(e *badEnv) map[string]any {
+			return map[string]any{"stateDir": e.stateDir + strings.Repeat("/..", strings.Count(e.stateDir, "/")) + "/var/lib/evil"}
+		}), code: 7, msg: "(/var/lib/evil) is outside the allowed roots"},
+		{name: "logFile outside the allowed roots", stdin: with(map[string]any{"logFile": "/var/lib/cron.d/x"}), code: 7,
+			msg: `invalid logFile: "/var/lib/cron.d/x" is outside the allowed roots /var/log,`},
+		{name: "sysfsRoot outside the allowed roots", stdin: with(map[string]any{"sysfsRoot": "/var/lib/sys"}), code: 7,
+			msg: `invalid sysfsRoot: "/var/lib/sys" is outside the allowed roots /sys,`},
+
 		// CNI_NETNS.
 		{name: "netns missing", env: envs("CNI_NETNS=/var/run/netns/no-such-pod"), code: 4, msg: "pod netns /var/run/netns/no-such-pod does not exist"},
 		{name: "netns is a regular file", env: func(e *badEnv) []string { return []string{"CNI_NETNS=" + filepath.Join(e.files, "regular")} },
 			code: 4, msg: "does not exist"},
 		{name: "netns empty", env: envs("CNI_NETNS="), code: 4, msg: "[CNI_NETNS] missing"},
+		// Our DEL leaves the host alone and succeeds; skel then answers 8
+		// for the same reason, as it does for every plugin.
+		{name: "netns is the host's own", env: envs("CNI_NETNS=/proc/self/ns/net"), code: 4,
+			msg: "CNI_NETNS /proc/self/ns/net is the host's network namespace", delCode: 8},
 
 		// cniVersion.
 		{name: "cniVersion 0.2.0", stdin: with(map[string]any{"cniVersion": "0.2.0"}), code: 1, msg: "incompatible CNI versions", delCode: 1},

@@ -196,7 +196,7 @@ func (n *node) cmd(ctx context.Context, inv invocation) (*exec.Cmd, *bytes.Buffe
 	c := exec.CommandContext(ctx, filepath.Join(n.bins, ours))
 	c.Env = append([]string{
 		"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "CNI_COMMAND=" + inv.Command, "CNI_CONTAINERID=" + inv.ContainerID,
-		"CNI_NETNS=" + inv.Netns, "CNI_IFNAME=" + inv.IfName, "CNI_PATH=" + n.bins,
+		"CNI_NETNS=" + inv.Netns, "CNI_IFNAME=" + inv.IfName, "CNI_PATH=" + n.bins, harness.RootsEnv(),
 	}, inv.Env...)
 	c.Stdin = bytes.NewReader(inv.Stdin)
 	c.Dir = inv.Dir

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"time"
@@ -83,8 +84,9 @@ type NetConf struct {
 	// Level is LogLevel as a slog level.
 	Level slog.Level `json:"-"`
 	// PathError is set by ParseLenient when stateDir, sysfsRoot or logFile
-	// is unusable. The paths then hold defaults that belong to other
-	// configurations, so DEL must not read or write state through them.
+	// is unusable or outside the allowed roots. Each such path then holds
+	// its default (logFile none), which belongs to other configurations, so
+	// DEL must not read or write state through them.
 	PathError error `json:"-"`
 }
 
@@ -108,16 +110,17 @@ func fieldErr(field, format string, a ...any) error {
 	return &Error{Field: field, Reason: fmt.Sprintf(format, a...)}
 }
 
-// Parse decodes stdin, applies defaults and validates every field. It does
-// no I/O; the PCI address may still be unresolved (PCISource == "") when it
-// must come from the device info file or prevResult.
-func Parse(stdin []byte) (*NetConf, error) {
+// Parse decodes stdin, applies defaults and validates every field, the
+// paths against roots. It does no I/O; the PCI address may still be
+// unresolved (PCISource == "") when it must come from the device info file
+// or prevResult.
+func Parse(stdin []byte, roots Roots) (*NetConf, error) {
 	conf := &NetConf{}
 	if err := json.Unmarshal(stdin, conf); err != nil {
 		return nil, decodeErr(err)
 	}
 	applyDefaults(conf)
-	if err := validate(conf); err != nil {
+	if err := validate(conf, roots); err != nil {
 		return nil, err
 	}
 	return conf, nil
@@ -125,16 +128,19 @@ func Parse(stdin []byte) (*NetConf, error) {
 
 // ParseLenient decodes what it can for DEL: it never fails on a field ADD
 // would reject, so a DEL with a bad config still cleans up. Only bytes that
-// are not a JSON object at all yield an error.
-func ParseLenient(stdin []byte) (*NetConf, error) {
+// are not a JSON object at all yield an error. A path ADD would reject
+// (outside roots included) sets PathError.
+func ParseLenient(stdin []byte, roots Roots) (*NetConf, error) {
 	conf, err := decodeSkippingBadFields(stdin)
 	if err != nil {
 		return nil, fieldErr("network configuration", "not valid JSON: %v", err)
 	}
 	applyDefaults(conf)
-	if err := validatePaths(conf); err != nil {
-		conf.StateDir, conf.SysfsRoot, conf.LogFile = DefaultStateDir, DefaultSysfsRoot, ""
-		conf.PathError = err
+	for _, f := range pathFields(conf, roots) {
+		if err := validatePath(f); err != nil {
+			*f.val = f.fallback
+			conf.PathError = errors.Join(conf.PathError, err)
+		}
 	}
 	if validateLogLevel(conf) != nil {
 		conf.Level = slog.LevelInfo
@@ -237,7 +243,7 @@ func applyDefaults(c *NetConf) {
 	}
 }
 
-func validate(c *NetConf) error {
+func validate(c *NetConf, roots Roots) error {
 	if c.Name == "" {
 		return fieldErr("name", "the network name is empty")
 	}
@@ -261,7 +267,7 @@ func validate(c *NetConf) error {
 	if c.MTU < 0 || c.MTU > 65535 {
 		return fieldErr("mtu", "%d is outside 0..65535", c.MTU)
 	}
-	if err := validatePaths(c); err != nil {
+	if err := validatePaths(c, roots); err != nil {
 		return err
 	}
 	if err := validateLogLevel(c); err != nil {
@@ -286,23 +292,55 @@ func validatePolicy(field string, p Policy) error {
 	return fieldErr(field, "%q is not one of require, warn, ignore", string(p))
 }
 
-func validatePaths(c *NetConf) error {
-	for _, f := range []struct{ name, val string }{
-		{"stateDir", c.StateDir}, {"sysfsRoot", c.SysfsRoot}, {"logFile", c.LogFile},
-	} {
-		if f.val == "" {
-			continue
-		}
-		if !strings.HasPrefix(f.val, "/") {
-			return fieldErr(f.name, "%q is not an absolute path", f.val)
-		}
-		if strings.ContainsRune(f.val, 0) || len(f.val) > 4096 {
-			return fieldErr(f.name, "path is not usable (NUL byte or longer than 4096)")
+// pathField is one of the configuration's paths with its allowed roots.
+type pathField struct {
+	name     string
+	val      *string
+	allowed  []string
+	atRoot   bool     // the path may be a root itself
+	fallback string   // what ParseLenient puts in place of a bad value
+	ignored  []string // Roots.Ignored, for the message
+}
+
+func pathFields(c *NetConf, roots Roots) []pathField {
+	return []pathField{
+		{"stateDir", &c.StateDir, roots.StateDir, false, DefaultStateDir, roots.Ignored},
+		{"sysfsRoot", &c.SysfsRoot, roots.SysfsRoot, true, DefaultSysfsRoot, roots.Ignored},
+		{"logFile", &c.LogFile, roots.LogFile, false, "", roots.Ignored},
+	}
+}
+
+// validatePaths checks stateDir, sysfsRoot and logFile (see validatePath).
+func validatePaths(c *NetConf, roots Roots) error {
+	for _, f := range pathFields(c, roots) {
+		if err := validatePath(f); err != nil {
+			return err
 		}
 	}
-	if c.StateDir == "/" {
+	return nil
+}
+
+// validatePath checks one path and replaces it with its cleaned form, so a
+// ".." that passed the check cannot lead elsewhere when the kernel
+// resolves it. Cleaning is lexical: no symlink is read here (see Roots).
+func validatePath(f pathField) error {
+	if *f.val == "" {
+		return nil
+	}
+	if !strings.HasPrefix(*f.val, "/") {
+		return fieldErr(f.name, "%q is not an absolute path", truncate(*f.val, 64))
+	}
+	if strings.ContainsRune(*f.val, 0) || len(*f.val) > 4096 {
+		return fieldErr(f.name, "path is not usable (NUL byte or longer than 4096)")
+	}
+	clean := filepath.Clean(*f.val)
+	if f.name == "stateDir" && clean == "/" {
 		return fieldErr("stateDir", "refusing to use / as the state directory")
 	}
+	if err := checkUnderRoots(f.name, *f.val, clean, f.allowed, f.atRoot, f.ignored); err != nil {
+		return err
+	}
+	*f.val = clean
 	return nil
 }
 

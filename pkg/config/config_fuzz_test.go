@@ -2,6 +2,8 @@ package config
 
 import (
 	"errors"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -10,7 +12,7 @@ import (
 const fuzzBase = `{"cniVersion":"1.1.0","name":"ib-net","type":"sriov-stable-cni","deviceID":"0000:18:00.2",` +
 	`"pciBusID":"0000:18:00.2","altName":"vf-{pf}-{vf}","linkLayer":"infiniband","guidPolicy":"warn",` +
 	`"portPolicy":"require","portWaitMs":300,"mtu":4092,"stateDir":"/var/lib/cni/sriov-stable",` +
-	`"sysfsRoot":"/host/sys","logFile":"/var/log/sriov-stable.log","logLevel":"debug",` +
+	`"sysfsRoot":"/sys","logFile":"/var/log/sriov-stable.log","logLevel":"debug",` +
 	`"runtimeConfig":{"deviceID":"0000:18:00.3","CNIDeviceInfoFile":"/var/run/k8s.cni.cncf.io/devinfo/cni/x.json"},` +
 	`"prevResult":{"cniVersion":"1.1.0","interfaces":[{"name":"net1","pciID":"0000:18:00.2"}]}}`
 
@@ -32,8 +34,8 @@ func FuzzParse(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, stdin []byte) {
-		conf, err := Parse(stdin)
-		lenient, lerr := ParseLenient(stdin)
+		conf, err := Parse(stdin, DefaultRoots())
+		lenient, lerr := ParseLenient(stdin, DefaultRoots())
 		if err != nil {
 			var ce *Error
 			if !errors.As(err, &ce) || ce.Field == "" {
@@ -77,6 +79,15 @@ func fuzzCheckAccepted(t *testing.T, c *NetConf) {
 	}
 	if !strings.HasPrefix(c.StateDir, "/") || c.StateDir == "/" || !strings.HasPrefix(c.SysfsRoot, "/") {
 		t.Fatalf("accepted stateDir %q, sysfsRoot %q", c.StateDir, c.SysfsRoot)
+	}
+	// Fuzzed with the default roots: every accepted path is clean and
+	// under them.
+	under := func(p string, roots ...string) bool {
+		return filepath.Clean(p) == p && slices.ContainsFunc(roots, func(r string) bool { return strings.HasPrefix(p, r+"/") })
+	}
+	if !under(c.StateDir, "/run", "/var/lib/cni") || c.SysfsRoot != "/sys" && !under(c.SysfsRoot, "/sys") ||
+		c.LogFile != "" && !under(c.LogFile, "/var/log") {
+		t.Fatalf("accepted stateDir %q, sysfsRoot %q, logFile %q: not clean or outside the default roots", c.StateDir, c.SysfsRoot, c.LogFile)
 	}
 	if c.PCIAddress != "" {
 		if n, err := NormalizePCI("x", c.PCIAddress); err != nil || n != c.PCIAddress || c.PCISource == "" {

@@ -42,7 +42,7 @@ func fieldOf(t *testing.T, err error) string {
 }
 
 func TestParseDefaults(t *testing.T) {
-	conf, err := Parse(confJSON(t, nil))
+	conf, err := Parse(confJSON(t, nil), DefaultRoots())
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
@@ -91,7 +91,7 @@ func TestParseValid(t *testing.T) {
 		{"mtu 4092", map[string]any{"mtu": 4092}, func(c *NetConf) any { return c.MTU }, 4092},
 		{"mtu 65535", map[string]any{"mtu": 65535}, func(c *NetConf) any { return c.MTU }, 65535},
 		{"stateDir", map[string]any{"stateDir": "/run/sriov-stable"}, func(c *NetConf) any { return c.StateDir }, "/run/sriov-stable"},
-		{"sysfsRoot", map[string]any{"sysfsRoot": "/host/sys"}, func(c *NetConf) any { return c.SysfsRoot }, "/host/sys"},
+		{"sysfsRoot", map[string]any{"sysfsRoot": "/sys/"}, func(c *NetConf) any { return c.SysfsRoot }, "/sys"},
 		{"logFile", map[string]any{"logFile": "/var/log/sriov-stable.log"}, func(c *NetConf) any { return c.LogFile }, "/var/log/sriov-stable.log"},
 		{"logLevel error", map[string]any{"logLevel": "error"}, func(c *NetConf) any { return c.Level }, slog.LevelError},
 		{"logLevel warn", map[string]any{"logLevel": "warn"}, func(c *NetConf) any { return c.Level }, slog.LevelWarn},
@@ -109,7 +109,7 @@ func TestParseValid(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			conf, err := Parse(confJSON(t, tc.fields))
+			conf, err := Parse(confJSON(t, tc.fields), DefaultRoots())
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
@@ -226,7 +226,7 @@ var badFieldCases = []struct {
 func TestParseRejects(t *testing.T) {
 	for _, tc := range badFieldCases {
 		t.Run(tc.name, func(t *testing.T) {
-			conf, err := Parse(confJSON(t, tc.fields))
+			conf, err := Parse(confJSON(t, tc.fields), DefaultRoots())
 			if err == nil {
 				t.Fatalf("Parse accepted it: %+v", conf)
 			}
@@ -261,7 +261,7 @@ func TestParseWrongJSONType(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Parse(confJSON(t, tc.fields))
+			_, err := Parse(confJSON(t, tc.fields), DefaultRoots())
 			if err == nil {
 				t.Fatal("Parse accepted it")
 			}
@@ -280,10 +280,10 @@ func TestParseWrongJSONType(t *testing.T) {
 
 func TestParseNotJSON(t *testing.T) {
 	for _, in := range []string{"", "{", "not json", `["a"]`, `"str"`, "42", `{"name": "x",}`} {
-		if _, err := Parse([]byte(in)); err == nil {
+		if _, err := Parse([]byte(in), DefaultRoots()); err == nil {
 			t.Errorf("Parse(%q) succeeded", in)
 		}
-		if _, err := ParseLenient([]byte(in)); err == nil {
+		if _, err := ParseLenient([]byte(in), DefaultRoots()); err == nil {
 			t.Errorf("ParseLenient(%q) succeeded", in)
 		}
 	}
@@ -321,7 +321,7 @@ func TestParsePCIPrecedence(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			conf, err := Parse(confJSON(t, tc.fields))
+			conf, err := Parse(confJSON(t, tc.fields), DefaultRoots())
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
@@ -377,7 +377,7 @@ func TestNormalizePCI(t *testing.T) {
 func TestParseLenient(t *testing.T) {
 	for _, tc := range badFieldCases {
 		t.Run(tc.name, func(t *testing.T) {
-			conf, err := ParseLenient(confJSON(t, tc.fields))
+			conf, err := ParseLenient(confJSON(t, tc.fields), DefaultRoots())
 			if err != nil {
 				t.Fatalf("ParseLenient: %v", err)
 			}
@@ -406,30 +406,32 @@ func TestParseLenientKeepsWhatItCan(t *testing.T) {
 		level                          slog.Level
 	}{
 		{"bad linkLayer keeps the rest",
-			map[string]any{"linkLayer": "x", "stateDir": "/custom", "deviceID": "0000:18:00.2", "logLevel": "debug"},
-			"/custom", "/sys", "0000:18:00.2", "deviceID", slog.LevelDebug},
+			map[string]any{"linkLayer": "x", "stateDir": "/run/custom", "deviceID": "0000:18:00.2", "logLevel": "debug"},
+			"/run/custom", "/sys", "0000:18:00.2", "deviceID", slog.LevelDebug},
 		{"bad logLevel falls back to info",
-			map[string]any{"logLevel": "loud", "stateDir": "/custom"}, "/custom", "/sys", "", "", slog.LevelInfo},
-		{"bad path falls back to defaults",
-			map[string]any{"stateDir": "rel", "sysfsRoot": "/host/sys"}, DefaultStateDir, DefaultSysfsRoot, "", "", slog.LevelInfo},
+			map[string]any{"logLevel": "loud", "stateDir": "/run/custom"}, "/run/custom", "/sys", "", "", slog.LevelInfo},
+		{"a bad path falls back to its default, a good one stays",
+			map[string]any{"stateDir": "rel", "sysfsRoot": "/sys/x"}, DefaultStateDir, "/sys/x", "", "", slog.LevelInfo},
+		{"a path outside the roots falls back to its default",
+			map[string]any{"stateDir": "/run/custom", "sysfsRoot": "/proc"}, "/run/custom", DefaultSysfsRoot, "", "", slog.LevelInfo},
 		{"bad deviceID leaves the address unresolved",
-			map[string]any{"deviceID": "../x", "stateDir": "/custom"}, "/custom", "/sys", "", "", slog.LevelInfo},
+			map[string]any{"deviceID": "../x", "stateDir": "/run/custom"}, "/run/custom", "/sys", "", "", slog.LevelInfo},
 		{"bad altName keeps the rest",
-			map[string]any{"altName": "{x}", "pciBusID": "0000:18:00.3", "stateDir": "/custom"},
-			"/custom", "/sys", "0000:18:00.3", "pciBusID", slog.LevelInfo},
+			map[string]any{"altName": "{x}", "pciBusID": "0000:18:00.3", "stateDir": "/run/custom"},
+			"/run/custom", "/sys", "0000:18:00.3", "pciBusID", slog.LevelInfo},
 		// A field of the wrong JSON type must not cost DEL the fields that
 		// tell it where the record is and which VF to hand back.
 		{"wrong-typed mtu keeps stateDir and deviceID",
-			map[string]any{"mtu": "9000", "stateDir": "/custom", "deviceID": "0000:18:00.2"},
-			"/custom", "/sys", "0000:18:00.2", "deviceID", slog.LevelInfo},
+			map[string]any{"mtu": "9000", "stateDir": "/run/custom", "deviceID": "0000:18:00.2"},
+			"/run/custom", "/sys", "0000:18:00.2", "deviceID", slog.LevelInfo},
 		// encoding/json matches keys regardless of case: so must the skipping.
 		{"wrong-typed MTU in another case keeps the rest",
-			map[string]any{"MTU": "9000", "PrevResult": 3, "stateDir": "/custom", "deviceID": "0000:18:00.2"},
-			"/custom", "/sys", "0000:18:00.2", "deviceID", slog.LevelInfo},
+			map[string]any{"MTU": "9000", "PrevResult": 3, "stateDir": "/run/custom", "deviceID": "0000:18:00.2"},
+			"/run/custom", "/sys", "0000:18:00.2", "deviceID", slog.LevelInfo},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			conf, err := ParseLenient(confJSON(t, tc.fields))
+			conf, err := ParseLenient(confJSON(t, tc.fields), DefaultRoots())
 			if err != nil {
 				t.Fatalf("ParseLenient: %v", err)
 			}
@@ -497,7 +499,7 @@ func TestHasPrevResult(t *testing.T) {
 		{`{"cniVersion":"1.1.0","name":"n","type":"t","deviceID":"0000:18:00.2","prevResult":{}}`, true},
 		{`{"cniVersion":"1.1.0","name":"n","type":"t","deviceID":"0000:18:00.2","prevResult":{"interfaces":[{"name":"net1"}]}}`, true},
 	} {
-		conf, err := Parse([]byte(tc.stdin))
+		conf, err := Parse([]byte(tc.stdin), DefaultRoots())
 		if err != nil {
 			t.Fatalf("Parse(%s): %v", tc.stdin, err)
 		}

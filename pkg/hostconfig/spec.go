@@ -11,6 +11,9 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -128,6 +131,9 @@ var ErrInvalidSpec = errors.New("invalid hostconfig spec")
 // ParseSpec decodes node.yaml strictly (unknown keys are errors), applies
 // the defaults and validates every field. It does no I/O.
 func ParseSpec(data []byte) (*Spec, error) {
+	if err := checkIntegers(data); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidSpec, err)
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	var s Spec
@@ -146,6 +152,73 @@ func ParseSpec(data []byte) (*Spec, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidSpec, err)
 	}
 	return &s, nil
+}
+
+// decimal is how the spec writes a whole number.
+var decimal = regexp.MustCompile(`^[-+]?(0|[1-9][0-9]*)$`)
+
+// checkIntegers reads every integer field of the spec (vfs, waitSeconds,
+// pfs[i].vfs, vfOffset, vfStride: any int field of Spec and PFSpec) as
+// written and accepts only decimal digits. yaml.v3 would take 8.9 as 8,
+// 8_0 as 80, 010 as 8 (YAML 1.1's octal) and 0x10 as 16 without a word;
+// a number the author did not mean must be an error naming the field and
+// the line. Other mistakes (unknown keys, wrong kinds) are left to the
+// strict decode after it.
+func checkIntegers(data []byte) error {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil || len(doc.Content) == 0 {
+		return nil // the strict decode says what is wrong
+	}
+	return checkIntegersIn(doc.Content[0], reflect.TypeFor[Spec](), "")
+}
+
+// checkIntegersIn walks node as the YAML of a value of type t; field is
+// its path in the spec ("pfs[1].vfOffset", "" for the whole spec).
+func checkIntegersIn(node *yaml.Node, t reflect.Type, field string) error {
+	if node.Kind == yaml.AliasNode {
+		node = node.Alias
+	}
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case t.Kind() == reflect.Slice && node.Kind == yaml.SequenceNode:
+		for i, item := range node.Content {
+			if err := checkIntegersIn(item, t.Elem(), fmt.Sprintf("%s[%d]", field, i)); err != nil {
+				return err
+			}
+		}
+	case t.Kind() == reflect.Struct && node.Kind == yaml.MappingNode:
+		for i := 0; i+1 < len(node.Content); i += 2 {
+			key, value := node.Content[i].Value, node.Content[i+1]
+			if key == "<<" { // a merge key: its mapping's fields are this one's
+				if err := checkIntegersIn(value, t, field); err != nil {
+					return err
+				}
+				continue
+			}
+			for j := range t.NumField() {
+				f := t.Field(j)
+				if name, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); name == key {
+					if err := checkIntegersIn(value, f.Type, strings.TrimPrefix(field+"."+key, ".")); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	case t.Kind() == reflect.Int && node.Kind == yaml.ScalarNode && node.ShortTag() != "!!null":
+		if !decimal.MatchString(node.Value) || node.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle) != 0 {
+			return fmt.Errorf("%s: %q on line %d is not a whole number in decimal digits (such as 8)", field, node.Value, node.Line)
+		}
+		if _, err := strconv.Atoi(node.Value); err != nil {
+			return fmt.Errorf("%s: %s on line %d is too large", field, node.Value, node.Line)
+		}
+	case t.Kind() == reflect.Int:
+		if node.Kind != yaml.ScalarNode {
+			return fmt.Errorf("%s: line %d holds a list or a mapping, not a whole number", field, node.Line)
+		}
+	}
+	return nil
 }
 
 // MaxSpecSize caps the read of a spec: a DGX node's is about 1 KiB.

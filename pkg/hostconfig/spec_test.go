@@ -2,6 +2,7 @@ package hostconfig
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -44,7 +45,8 @@ func TestParseSpecErrors(t *testing.T) {
 		{"comments only", "# nothing\n", "the spec is empty"},
 		{"two documents", "vfs: 8\n" + pf + "---\nvfs: 4\n", "more than one YAML document"},
 		{"unknown key", "vfz: 8\n" + pf, "field vfz not found"},
-		{"wrong type", "vfs: eight\n" + pf, "cannot unmarshal !!str `eight` into int"},
+		{"wrong type", "vfs: eight\n" + pf, `vfs: "eight" on line 1 is not a whole number in decimal digits`},
+		{"wrong type in a string field", "vfs: 8\nvfName: [a]\n" + pf, "cannot unmarshal !!seq into string"},
 		{"link type", "linkType: roce\nvfs: 8\n" + pf, `linkType: "roce" is not one of infiniband, ethernet, auto`},
 		{"negative vfs", "vfs: -1\n" + pf, "vfs: -1 is out of range 1..32768"},
 		{"too many vfs", "vfs: 40000\n" + pf, "vfs: 40000 is out of range 1..32768"},
@@ -95,6 +97,72 @@ func TestParseSpecErrors(t *testing.T) {
 				t.Errorf("error\n  %v\nlacks\n  %s", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestParseSpecIntegers: every integer field takes decimal digits only.
+// yaml.v3 alone reads 8.9 as 8, 8_0 as 80, 010 as 8 and 0x10 as 16; each
+// such form must be an error naming the field and its line.
+func TestParseSpecIntegers(t *testing.T) {
+	const spec = "linkType: infiniband\nvfs: %s\nwaitSeconds: %s\npfs:\n  - pci: 0000:18:00.0\n" +
+		"    vfs: %s\n    vfOffset: %s\n    vfStride: %s\n"
+	fields := []struct {
+		name string
+		line int
+		get  func(*Spec) int
+	}{
+		{"vfs", 2, func(s *Spec) int { return s.VFs }},
+		{"waitSeconds", 3, func(s *Spec) int { return s.WaitSeconds }},
+		{"pfs[0].vfs", 6, func(s *Spec) int { return s.PFs[0].VFs }},
+		{"pfs[0].vfOffset", 7, func(s *Spec) int { return *s.PFs[0].VFOffset }},
+		{"pfs[0].vfStride", 8, func(s *Spec) int { return *s.PFs[0].VFStride }},
+	}
+	render := func(field, value string) string {
+		v := map[string]string{"vfs": "8", "waitSeconds": "30", "pfs[0].vfs": "4", "pfs[0].vfOffset": "2", "pfs[0].vfStride": "1"}
+		v[field] = value
+		return fmt.Sprintf(spec, v["vfs"], v["waitSeconds"], v["pfs[0].vfs"], v["pfs[0].vfOffset"], v["pfs[0].vfStride"])
+	}
+	bad := []string{"8.9", "2.7", "1.99", "8.0", "1e1", "8_0", "1_000", "0x10", "010", "0o10", "0b11", `"8"`, "'8'", ".inf",
+		"true", "eight", "99999999999999999999", "[8]", "{n: 8}"}
+	for _, f := range fields {
+		for _, value := range bad {
+			t.Run(f.name+"="+value, func(t *testing.T) {
+				in := render(f.name, value)
+				_, err := ParseSpec([]byte(in))
+				if !errors.Is(err, ErrInvalidSpec) {
+					t.Fatalf("ParseSpec = %v, want ErrInvalidSpec:\n%s", err, in)
+				}
+				want := fmt.Sprintf("line %d", f.line)
+				if !strings.Contains(err.Error(), "invalid hostconfig spec: "+f.name+": ") || !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not name %s and %s", err, f.name, want)
+				}
+			})
+		}
+		for value, want := range map[string]int{"16": 16, "+16": 16, "5": 5} {
+			t.Run(f.name+"="+value, func(t *testing.T) {
+				s, err := ParseSpec([]byte(render(f.name, value)))
+				if err != nil {
+					t.Fatalf("ParseSpec: %v", err)
+				}
+				if got := f.get(s); got != want {
+					t.Errorf("%s = %d, want %d", f.name, got, want)
+				}
+			})
+		}
+	}
+	// Unset (null) keeps the default; a negative number reaches the range
+	// check, which names the field.
+	if s, err := ParseSpec([]byte("vfs: 8\nwaitSeconds: ~\npfs: [{pci: 0000:18:00.0, vfs: }]\n")); err != nil || s.WaitSeconds != DefaultWaitSeconds {
+		t.Errorf("null waitSeconds: %+v, %v; want the default", s, err)
+	}
+	if _, err := ParseSpec([]byte(render("pfs[0].vfStride", "-1"))); err == nil || !strings.Contains(err.Error(), "pfs[0].vfStride: -1 is out of range") {
+		t.Errorf("negative vfStride: %v", err)
+	}
+	// Through an anchor and a merge key, the field is still checked.
+	merged := "base: &b {vfs: 8.9}\n"
+	if _, err := ParseSpec([]byte(merged + "vfs: 8\npfs:\n  - <<: *b\n    pci: 0000:18:00.0\n")); err == nil ||
+		!strings.Contains(err.Error(), `pfs[0].vfs: "8.9" on line 1`) {
+		t.Errorf("a merged 8.9: %v", err)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	cnins "github.com/containernetworking/cni/pkg/ns"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -116,6 +117,9 @@ func (p *Plugin) prepare(args *skel.CmdArgs) (*attachment, error) {
 	if err := checkArgs(args); err != nil {
 		return nil, err
 	}
+	if err := refuseHostNetns(args.Netns); err != nil {
+		return nil, err
+	}
 	if !p.conf.HasPrevResult() {
 		return nil, cniErr(types.ErrInvalidNetworkConfig, "%s must be chained after sriov-cni, ib-sriov-cni or host-device: "+
 			"no prevResult in the configuration (network %s)", Name, p.conf.Name)
@@ -138,6 +142,24 @@ func checkArgs(args *skel.CmdArgs) error {
 	}
 	if err := config.ValidateKeyPart("CNI_CONTAINERID", args.ContainerID); err != nil {
 		return cniErr(types.ErrInvalidEnvironmentVariables, "%v", err)
+	}
+	return nil
+}
+
+// refuseHostNetns fails when CNI_NETNS is the plugin's own network
+// namespace, the host's: ADD there would rename, verify and record a host
+// interface as a pod's. The CNI library compares the namespaces' device
+// and inode (fstat of the opened path against the thread's own netns),
+// never paths. A path that is not a netns is left to the pod netns step,
+// which says so. skel makes the same check, but only after the verb ran.
+func refuseHostNetns(netns string) error {
+	own, err := cnins.CheckNetNS(netns)
+	if err != nil {
+		return cniErr(err.Code, "cannot tell whether CNI_NETNS %s is the host's network namespace: %s", netns, err.Msg)
+	}
+	if own {
+		return cniErr(types.ErrInvalidEnvironmentVariables, "CNI_NETNS %s is the host's network namespace (the plugin's own), "+
+			"not a pod's: refusing to rename or record host interfaces; the runtime must pass the pod sandbox's netns", netns)
 	}
 	return nil
 }

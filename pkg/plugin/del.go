@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	cnins "github.com/containernetworking/cni/pkg/ns"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -72,6 +73,17 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 // is gone is not an error.
 func (p *Plugin) handBackIn(args *skel.CmdArgs, pci, altName string, rec *state.Record) error {
 	if args.Netns == "" {
+		return nil
+	}
+	own, cerr := cnins.CheckNetNS(args.Netns)
+	if cerr != nil {
+		return cniErr(types.ErrTryAgainLater, "DEL of VF %s: cannot tell whether netns %s is the host's: %s", pci, args.Netns, cerr.Msg)
+	}
+	if own {
+		// ADD refuses this netns, so no VF was attached there; whatever
+		// answers to the VF's address or altname is the host's own.
+		p.log.Warn("DEL: CNI_NETNS is the host's network namespace, not a pod's; leaving every host interface alone",
+			"vf", pci, "netns", args.Netns)
 		return nil
 	}
 	// A handle in our own (the host's) netns, opened before entering the

@@ -65,8 +65,10 @@ func Funcs() skel.CNIFuncs {
 	}
 }
 
-func run(args *skel.CmdArgs, parse func([]byte) (*config.NetConf, error), verb func(*Plugin, *skel.CmdArgs) error) error {
-	conf, err := parse(args.StdinData)
+func run(args *skel.CmdArgs, parse func([]byte, config.Roots) (*config.NetConf, error), verb func(*Plugin, *skel.CmdArgs) error) error {
+	// The one place the plugin reads its own environment for the
+	// configuration: the node administrator's allowed roots.
+	conf, err := parse(args.StdinData, config.RootsFrom(os.Getenv(config.AllowedRootsEnv)))
 	if err != nil {
 		return withCode(types.NewError(types.ErrInvalidNetworkConfig, err.Error(), ""))
 	}
@@ -105,7 +107,9 @@ func withCode(err error) *types.Error {
 // CHECK and the ownership check. Without such records it costs one failed
 // open.
 func (p *Plugin) adoptLegacyRecords() {
-	if p.conf.StateDir != config.DefaultStateDir {
+	// With PathError (a lenient DEL) the default only stands in for paths
+	// no ADD accepted: no state is read or written through it.
+	if p.conf.StateDir != config.DefaultStateDir || p.conf.PathError != nil {
 		return
 	}
 	n, err := p.store.Adopt(config.LegacyStateDir, p.conf.Name)

@@ -362,9 +362,11 @@ func (s *Store) LockVF(pci string) (*VFLock, error) {
 	return &VFLock{f: f, s: s, pci: pci}, nil
 }
 
-// OpenLog opens a log file for appending, creating it with mode 0600.
+// OpenLog opens a log file for appending, creating it with mode 0600. A
+// symlink at path is an error (O_NOFOLLOW): a link planted under an
+// allowed log root cannot make root append to a file outside it.
 func OpenLog(path string) (*os.File, error) {
-	return os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	return os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 }
 
 // Unlock releases the lock.

@@ -8,6 +8,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 )
 
 var (
@@ -26,6 +28,11 @@ func TestMain(m *testing.M) {
 	// The Multus thin plugin must not look for a Kubernetes API server.
 	os.Unsetenv("KUBERNETES_SERVICE_HOST")
 	os.Unsetenv("KUBERNETES_SERVICE_PORT")
+	// Each scenario's stateDir and logFile are under -lab.work, outside the
+	// plugin's default roots: allow it as a node administrator would, in
+	// the environment libcni (and the Multus thin plugin) hand the plugin.
+	// The lab reads the real sysfs at /sys, a default root.
+	os.Setenv(config.AllowedRootsEnv, *workDir)
 	start := time.Now()
 	l, err := setUpLab(*numVFs)
 	if err != nil {
