@@ -124,10 +124,21 @@ func runMonitor(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		code = cmdline.ExitFailure
 	}
 	cancel()
-	shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
+	// Everything stops within stopTimeout, well inside the DaemonSet's
+	// grace period: the monitor's loops end at once, and a goroutine
+	// blocked in a sysfs or netlink read is left behind (exiting ends it).
+	shutdownCtx, done := context.WithTimeout(context.Background(), stopTimeout)
 	defer done()
 	_ = srv.Shutdown(shutdownCtx)
-	<-monDone
-	log.Info("drift monitor stopped")
+	select {
+	case <-monDone:
+		log.Info("drift monitor stopped")
+	case <-shutdownCtx.Done():
+		log.Warn("drift monitor did not stop in time; exiting without it", "timeout", stopTimeout)
+	}
 	return code
 }
+
+// stopTimeout bounds the agent's shutdown after SIGTERM: the metrics
+// server's and the monitor's together. The DaemonSet gives the pod 10 s.
+const stopTimeout = 5 * time.Second

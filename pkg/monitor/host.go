@@ -16,13 +16,13 @@ import (
 // the check timeout for it: netlink requests on the host can wait long for
 // the RTNL lock. One that is still running is not started again.
 func (m *Monitor) cleanHostBounded(recs []*state.Record) {
-	if !m.hostBusy.CompareAndSwap(false, true) {
+	if !m.hostBusy.start() {
 		m.log.Debug("host cleanup still running from an earlier sweep")
 		return
 	}
 	done := make(chan struct{})
 	go func() {
-		defer m.hostBusy.Store(false)
+		defer m.hostBusy.end()
 		defer close(done)
 		m.cleanHost(recs)
 	}()

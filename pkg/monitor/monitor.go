@@ -18,7 +18,6 @@ import (
 	"slices"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
@@ -189,6 +188,9 @@ type attachment struct {
 	pathID   vfnet.NetnsID
 	lastLink string // linkSummary of the VF's last notification
 	ports    *portPoll
+	// subscribing is when the goroutine opening the link watch (and
+	// reading the port state's baseline) began; zero when none runs.
+	subscribing time.Time
 	// Per repair kind: when it may run again, and the refusal last logged;
 	// with events, the timer that checks again when a backoff ends.
 	repairs map[string]*repairState
@@ -209,8 +211,11 @@ type Monitor struct {
 	// recMu serializes reconciles: the sweep's and the state dir watch's.
 	recMu sync.Mutex
 	dirs  *dirWatch // nil without events, or when inotify is unavailable
-	// hostBusy is set while a host cleanup runs (it may be stuck in the kernel).
-	hostBusy atomic.Bool
+	// A host cleanup or a doctor run under way; either may be stuck in the
+	// kernel.
+	hostBusy, doctorBusy busySince
+	// subscribers are the goroutines opening link watches (subscribeAsync).
+	subscribers sync.WaitGroup
 
 	mu          sync.Mutex
 	atts        map[state.Key]*attachment
@@ -259,14 +264,16 @@ func New(cfg Config) (*Monitor, error) {
 
 // Run sweeps every interval, checks attachments as events come (unless
 // SweepOnly), and runs the doctor every doctor interval, until ctx ends.
-// When it returns, every link subscription is closed.
+// When it returns, every link subscription is closed. It returns even
+// while a sysfs or netlink read blocks in the kernel: the goroutine stuck
+// in it is left behind, and ends when the read does.
 func (m *Monitor) Run(ctx context.Context) {
 	m.log.Info("drift monitor started", "stateDir", m.cfg.StateDir, "sysfsRoot", m.cfg.SysfsRoot,
 		"interval", m.cfg.Interval, "checkTimeout", m.cfg.CheckTimeout, "staleGrace", m.cfg.StaleGrace,
 		"events", !m.cfg.SweepOnly, "pollInterval", m.cfg.PollInterval, "repair", m.cfg.Repairs.String())
 	var wg sync.WaitGroup
 	if m.cfg.Doctor != nil {
-		wg.Go(func() { m.every(ctx, m.cfg.DoctorInterval, m.RunDoctor) })
+		wg.Go(func() { m.every(ctx, m.cfg.DoctorInterval, m.runDoctorBounded) })
 	}
 	if !m.cfg.SweepOnly {
 		m.startEvents(ctx, &wg)
@@ -500,9 +507,10 @@ func sameAttachment(a, b *state.Record) bool {
 // reconcile makes the monitor's set of attachments the records': new
 // records are remembered (and, with events on, subscribed to and queued
 // for a check), records gone are forgotten and their subscriptions closed.
+// Subscribing, which can block in the kernel, comes after recMu is
+// released.
 func (m *Monitor) reconcile(recs []*state.Record) {
 	m.recMu.Lock()
-	defer m.recMu.Unlock()
 	var added []*attachment
 	var closing []*subscription
 	m.mu.Lock()
@@ -534,6 +542,7 @@ func (m *Monitor) reconcile(recs []*state.Record) {
 	}
 	events := m.eventsOn
 	m.mu.Unlock()
+	m.recMu.Unlock()
 	for _, s := range closing {
 		s.close()
 	}
@@ -541,7 +550,7 @@ func (m *Monitor) reconcile(recs []*state.Record) {
 		return
 	}
 	for _, a := range added {
-		m.subscribe(a)
+		m.subscribeBounded(a)
 		m.queue.push(a.rec.Key(), sourceRecord)
 	}
 }

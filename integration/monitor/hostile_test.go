@@ -1,0 +1,125 @@
+package monitor_test
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
+)
+
+// shipped is what the DaemonSet gives the monitor container: its grace
+// period and memory limit, read from deploy/.
+type shipped struct {
+	grace       time.Duration
+	memoryLimit int64 // bytes
+}
+
+func readShipped(t *testing.T) shipped {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	deploy := filepath.Join(filepath.Dir(file), "..", "..", "deploy")
+	var base, patch appsv1.DaemonSet
+	for path, ds := range map[string]*appsv1.DaemonSet{
+		filepath.Join(deploy, "daemonset", "daemonset.yaml"):     &base,
+		filepath.Join(deploy, "monitor", "daemonset-patch.yaml"): &patch,
+	} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(b, ds); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+	}
+	var s shipped
+	if g := base.Spec.Template.Spec.TerminationGracePeriodSeconds; g != nil {
+		s.grace = time.Duration(*g) * time.Second
+	}
+	for _, c := range patch.Spec.Template.Spec.Containers {
+		if c.Name == "monitor" {
+			s.memoryLimit = c.Resources.Limits.Memory().Value()
+		}
+	}
+	if s.grace == 0 || s.memoryLimit == 0 {
+		t.Fatalf("deploy/ gives the monitor no grace period or memory limit: %+v", s)
+	}
+	return s
+}
+
+// holdFIFO replaces the sysfs attribute at path with a FIFO that the test
+// holds open and never writes: opening it returns, reading it does not, as
+// a port-state read of a wedged HCA does not. At cleanup the file comes
+// back and every blocked reader gets end of file.
+//
+// Once sysfs reads refuse files that are not regular (issue 24, A1), the
+// FIFO is refused instead of read; what the test asserts holds either way.
+func holdFIFO(t *testing.T, path string) {
+	t.Helper()
+	content, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fifo := path + ".fifo"
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatalf("mkfifo: %v", err)
+	}
+	w, err := os.OpenFile(fifo, os.O_RDWR, 0) // a FIFO opened read-write waits for no one
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(fifo, path); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	t.Cleanup(func() {
+		once.Do(func() {
+			tmp := path + ".tmp"
+			if err := os.WriteFile(tmp, content, 0o644); err == nil {
+				_ = os.Rename(tmp, path)
+			}
+			w.Close()
+		})
+	})
+}
+
+// A port-state read that never returns stops that VF's checks only: the
+// agent goes on checking the others (a rename elsewhere is seen within an
+// interval), /healthz answers 200 and names the VF, and SIGTERM ends the
+// agent within the DaemonSet's grace period although a goroutine of the
+// check and one of the doctor are blocked in the read.
+func TestAgentBesideAStuckPortRead(t *testing.T) {
+	want := readShipped(t)
+	n := newNode(t, 3)
+	for i := range 3 {
+		n.attach(i)
+	}
+	holdFIFO(t, filepath.Join(n.sys.DevicePath(vfAddr(rdmaVF)), "infiniband", "mlx5_11", "ports", "1", "state"))
+	a := startAgent(t, n)
+	a.waitFor("two healthy attachments beside the stuck one", func(m metrics) bool {
+		return m[attachments("ok")] == 2 && m[attachments("unknown")] == 1
+	})
+
+	before := a.scrape()[sweeps]
+	harness.RenameIn(t, n.pods[0], "net1", "eth9")
+	a.withinOneInterval("a rename beside the stuck VF", before, func(m metrics) bool { return m[drift("renamed")] == 1 })
+
+	code, body := a.get("/healthz")
+	named := strings.Contains(body, "\nstuck: VF "+vfAddr(rdmaVF)+" ") || strings.Contains(body, "\nunchecked: VF "+vfAddr(rdmaVF)+" ")
+	if code != http.StatusOK || !strings.HasPrefix(body, "ok\n") || !named {
+		t.Errorf("/healthz: %d\n%s\nwant 200, ok, and a line naming VF %s", code, body, vfAddr(rdmaVF))
+	}
+	t.Logf("/healthz:\n%s", body)
+
+	took := a.terminate(want.grace)
+	t.Logf("SIGTERM to exit: %s (grace period %s)", took.Round(time.Millisecond), want.grace)
+}
