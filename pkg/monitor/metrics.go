@@ -51,7 +51,7 @@ func newMetrics(m *Monitor) *metrics {
 		}, []string{"kind"}),
 		repairsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNS, Name: "repairs_refused_total",
-			Help: "Repairs not made, by kind and reason (not-owner, name-taken, failed).",
+			Help: "Repairs not made, by kind and reason (not-owner, name-taken, failed, host-netns).",
 		}, []string{"kind", "reason"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNS, Name: "events_total",

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sort"
 	"sync"
@@ -205,6 +206,9 @@ type Monitor struct {
 	sys   sysfs.Reader
 	log   *slog.Logger
 	met   *metrics
+	// ownNetns is the network namespace the agent runs in: with the one
+	// --host-netns names, the host's, where no pod repair is ever made.
+	ownNetns vfnet.NetnsID
 
 	queue *queue // attachments to check now (events.go)
 
@@ -257,9 +261,23 @@ func New(cfg Config) (*Monitor, error) {
 		started:     time.Now(),
 		doctorKnown: map[string]doctor.Finding{},
 	}
+	own, err := ownNetns()
+	if err != nil {
+		return nil, fmt.Errorf("the agent's own network namespace: %w", err)
+	}
+	m.ownNetns = own
 	m.met = newMetrics(m)
 	m.queue.counts = func(source string) { m.met.events.WithLabelValues(source).Inc() }
 	return m, nil
+}
+
+// ownNetns is the network namespace the calling process runs in: that of
+// a thread no goroutine has moved elsewhere (vfnet enters pod netns only
+// on locked threads, and brings them back).
+func ownNetns() (vfnet.NetnsID, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return vfnet.NetnsIDOf("/proc/thread-self/ns/net")
 }
 
 // Run sweeps every interval, checks attachments as events come (unless
