@@ -227,7 +227,7 @@ type Monitor struct {
 	pending     map[state.Key]bool      // checks asked for while one was running
 	eventsOn    bool                    // Run's event machinery is up: reconcile opens subscriptions
 	subs        int                     // open link subscriptions
-	podNames    map[string]bool         // ifnames and altnames of records gone, for host cleanup
+	history     map[string][]string     // VF → names its attachments carried in their pods, for host cleanup
 	hostPrev    map[string]string       // leftover VFs of the last host scan → what they looked like
 	hostNotes   map[string]bool         // host cleanup notes already logged
 	started     time.Time
@@ -254,7 +254,7 @@ func New(cfg Config) (*Monitor, error) {
 		atts:        map[state.Key]*attachment{},
 		inflight:    map[state.Key]time.Time{},
 		pending:     map[state.Key]bool{},
-		podNames:    map[string]bool{},
+		history:     map[string][]string{},
 		hostPrev:    map[string]string{},
 		hostNotes:   map[string]bool{},
 		queue:       newQueue(),
@@ -492,6 +492,9 @@ func (m *Monitor) inspect(rec *state.Record) outcome {
 		m.mu.Lock()
 		if a := m.current(rec); a != nil {
 			a.ifindex = obs.IfIndex
+			if obs.Name != rec.IfName {
+				m.carried(rec.PCI, obs.Name) // it may come home so named
+			}
 		}
 		m.mu.Unlock()
 	}
@@ -576,18 +579,41 @@ func (m *Monitor) reconcile(recs []*state.Record) {
 // forget notes the pod names of an attachment that goes: a VF that comes
 // home still carrying them is cleaned up on the host. Call with mu held.
 func (m *Monitor) forget(a *attachment) {
-	if len(m.podNames) > 1024 {
-		m.podNames = map[string]bool{}
-	}
-	m.podNames[a.rec.IfName] = true
-	if a.rec.AltName != "" {
-		m.podNames[a.rec.AltName] = true
-	}
+	m.carried(a.rec.PCI, a.rec.IfName, a.rec.AltName)
 	a.sub = nil
 	a.ports.close()
 	if a.retry != nil {
 		a.retry.Stop()
 	}
+}
+
+// History bounds: names kept per VF (the newest), VFs kept in all.
+const (
+	historyNames = 8
+	historyVFs   = 4096
+)
+
+// carried notes names an attachment of VF pci carried in its pod (its
+// record's ifname and altname, a name a check saw it under): the proof
+// host cleanup needs before it renames a free VF that carries one of them.
+// The history is the agent's memory only; it starts empty at each start,
+// where the records of pods whose netns is gone still prove theirs. Call
+// with mu held.
+func (m *Monitor) carried(pci string, names ...string) {
+	if len(m.history) >= historyVFs && m.history[pci] == nil {
+		m.history = map[string][]string{}
+	}
+	h := m.history[pci]
+	for _, n := range names {
+		if n == "" || slices.Contains(h, n) {
+			continue
+		}
+		h = append(h, n)
+		if len(h) > historyNames {
+			h = h[1:]
+		}
+	}
+	m.history[pci] = h
 }
 
 // retryLater queues a check of the attachment at t (not zero), when a
