@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -104,7 +103,7 @@ func runMonitor(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err != nil {
 		return c.Fail(cmdline.ExitFailure, "listen for metrics: %v", err)
 	}
-	srv := &http.Server{Handler: mon.Handler(reg), ReadHeaderTimeout: 5 * time.Second}
+	srv, ln := monitor.NewServer(ln, mon.Handler(reg), monitor.DefaultMaxConns)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("serving metrics", "addr", ln.Addr().String())

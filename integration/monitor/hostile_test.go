@@ -1,6 +1,9 @@
 package monitor_test
 
 import (
+	"bufio"
+	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/monitor"
 )
 
 // shipped is what the DaemonSet gives the monitor container: its grace
@@ -122,4 +126,114 @@ func TestAgentBesideAStuckPortRead(t *testing.T) {
 
 	took := a.terminate(want.grace)
 	t.Logf("SIGTERM to exit: %s (grace period %s)", took.Round(time.Millisecond), want.grace)
+}
+
+// procStatus reads a field of /proc/<pid>/status in bytes (VmRSS, VmHWM).
+func procStatus(t *testing.T, pid int, field string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			var kb int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb); err != nil {
+				t.Fatalf("%s: %q: %v", field, line, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}
+
+// sockets counts the open sockets of process pid.
+func sockets(t *testing.T, pid int) int {
+	t.Helper()
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && strings.HasPrefix(target, "socket:") {
+			n++
+		}
+	}
+	return n
+}
+
+// 8,000 idle clients on the metrics port (half between keep-alive
+// requests, half connected without a word) leave the agent's peak RSS
+// within the DaemonSet's memory limit and its open sockets within its
+// connection cap, and /healthz and /metrics answer a new client beside
+// them.
+func TestAgentBesideIdleClients(t *testing.T) {
+	const clients = 8000
+	want := readShipped(t)
+	n := newNode(t, 1)
+	n.attach(0)
+	a := startAgent(t, n)
+	a.waitFor("the attachment checked", func(m metrics) bool { return m[attachments("ok")] == 1 })
+	base := procStatus(t, a.pid, "VmRSS")
+
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	answered := 0
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := w; i < clients; i += 16 {
+				c, err := net.DialTimeout("tcp", listen, 5*time.Second)
+				if err != nil {
+					t.Errorf("client %d: %v", i, err)
+					return
+				}
+				mu.Lock()
+				conns = append(conns, c)
+				mu.Unlock()
+				if i%2 == 1 {
+					continue // connected, says nothing
+				}
+				fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n", listen)
+				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				// A client evicted before its answer gets end of file: the
+				// cap made room for a newer one.
+				if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
+					resp.Body.Close()
+					mu.Lock()
+					answered++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	start := time.Now()
+	code, body := a.get("/healthz")
+	took := time.Since(start)
+	if code != http.StatusOK || !strings.HasPrefix(body, "ok\n") {
+		t.Errorf("/healthz beside %d idle clients: %d %q", clients, code, body)
+	}
+	if code, _ := a.get("/metrics"); code != http.StatusOK {
+		t.Errorf("/metrics beside %d idle clients: %d", clients, code)
+	}
+	rss, peak, socks := procStatus(t, a.pid, "VmRSS"), procStatus(t, a.pid, "VmHWM"), sockets(t, a.pid)
+	t.Logf("%d idle clients (%d answered before going idle): agent RSS %d MiB (%d MiB before them), peak %d MiB, limit %d MiB; %d open sockets; /healthz answered in %s",
+		clients, answered, rss>>20, base>>20, peak>>20, want.memoryLimit>>20, socks, took.Round(time.Millisecond))
+	if peak > want.memoryLimit {
+		t.Errorf("the agent's peak RSS %d MiB exceeds the DaemonSet's memory limit %d MiB", peak>>20, want.memoryLimit>>20)
+	}
+	if limit := monitor.DefaultMaxConns + 16; socks > limit { // the listener and the netlink sockets besides
+		t.Errorf("the agent has %d sockets open, want at most %d (its connection cap and its own)", socks, limit)
+	}
 }

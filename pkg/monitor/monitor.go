@@ -709,7 +709,7 @@ func (m *Monitor) applyFindings(a *attachment, findings []drift.Finding) func() 
 		_, was := a.drift[r]
 		switch {
 		case drifting && !was:
-			m.met.driftEvents.WithLabelValues(a.rec.Network, string(r)).Inc()
+			m.met.driftEvents.WithLabelValues(labelValue(a.rec.Network), string(r)).Inc()
 			m.log.Warn("drift detected", append(attachmentAttrs(a.rec), "reason", string(r), "detail", detail)...)
 			appeared = append(appeared, drift.Finding{Reason: r, Detail: detail})
 		case !drifting && was:
