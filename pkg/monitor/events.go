@@ -717,8 +717,10 @@ func (w *dirWatch) ensure() {
 
 func (w *dirWatch) close() { w.f.Close() }
 
-// watchRecords reconciles the monitor's attachments with the records
-// whenever a record file is written, renamed or removed, until ctx ends.
+// watchRecords updates the monitor's attachments whenever a record file is
+// written, renamed or removed, until ctx ends: an event about one file
+// reads that file alone (reconcileFile). When the directory itself comes,
+// goes or the kernel's queue overflowed, every record is read again.
 func (m *Monitor) watchRecords(ctx context.Context, w *dirWatch) {
 	stop := context.AfterFunc(ctx, w.close)
 	defer stop()
@@ -731,18 +733,23 @@ func (m *Monitor) watchRecords(ctx context.Context, w *dirWatch) {
 			}
 			return
 		}
-		if w.changed(buf[:n]) {
+		names, all := w.changed(buf[:n])
+		if all {
 			recs, _ := m.store.List() // unreadable files: the sweep reports them
 			m.reconcile(recs)
+			continue
+		}
+		for _, name := range names {
+			m.reconcileFile(name)
 		}
 	}
 }
 
-// changed parses inotify events and reports whether a record may have
-// appeared, changed or gone; it re-arms the watches as directories come
-// and go.
-func (w *dirWatch) changed(buf []byte) bool {
-	changed := false
+// changed parses inotify events and returns the record files that may
+// have appeared, changed or gone, each once, or all when every record
+// must be read again (the records directory came or went, events were
+// lost); it re-arms the watches as directories come and go.
+func (w *dirWatch) changed(buf []byte) (names []string, all bool) {
 	for len(buf) >= unix.SizeofInotifyEvent {
 		wd := int(binary.NativeEndian.Uint32(buf[0:4]))
 		mask := binary.NativeEndian.Uint32(buf[4:8])
@@ -760,14 +767,17 @@ func (w *dirWatch) changed(buf []byte) bool {
 		w.mu.Unlock()
 		switch {
 		case mask&unix.IN_Q_OVERFLOW != 0:
-			changed = true
+			all = true
 		case wd == wdParent && name == filepath.Base(w.records):
-			changed = true
-		case wd == wdRecords && (mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_IGNORED) != 0 ||
-			strings.HasSuffix(name, ".json") && !strings.HasPrefix(name, ".tmp-") && !strings.HasPrefix(name, ".probe-")):
-			changed = true
+			all = true
+		case wd == wdRecords && mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_IGNORED) != 0:
+			all = true
+		case wd == wdRecords && strings.HasSuffix(name, ".json") && !strings.HasPrefix(name, ".tmp-") && !strings.HasPrefix(name, ".probe-"):
+			if !slices.Contains(names, name) {
+				names = append(names, name)
+			}
 		}
 	}
 	w.ensure()
-	return changed
+	return names, all
 }

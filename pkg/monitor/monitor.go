@@ -223,6 +223,7 @@ type Monitor struct {
 
 	mu          sync.Mutex
 	atts        map[state.Key]*attachment
+	files       map[string]state.Key    // record file name → key, of the attachments in atts
 	inflight    map[state.Key]time.Time // checks still running, possibly past their timeout
 	pending     map[state.Key]bool      // checks asked for while one was running
 	eventsOn    bool                    // Run's event machinery is up: reconcile opens subscriptions
@@ -252,6 +253,7 @@ func New(cfg Config) (*Monitor, error) {
 		sys:         sysfs.Reader{Root: cfg.SysfsRoot},
 		log:         cfg.Logger,
 		atts:        map[state.Key]*attachment{},
+		files:       map[string]state.Key{},
 		inflight:    map[state.Key]time.Time{},
 		pending:     map[state.Key]bool{},
 		history:     map[string][]string{},
@@ -537,33 +539,100 @@ func (m *Monitor) reconcile(recs []*state.Record) {
 	m.mu.Lock()
 	seen := make(map[state.Key]bool, len(recs))
 	for _, rec := range recs {
-		key := rec.Key()
-		seen[key] = true
-		a := m.atts[key]
-		if a != nil && !sameAttachment(a.rec, rec) {
-			m.log.Debug("attachment record replaced", attachmentAttrs(rec)...)
-			closing = append(closing, a.sub)
-			m.forget(a)
-			a = nil
-		}
-		if a == nil {
-			a = &attachment{rec: rec, drift: map[drift.Reason]string{}}
-			m.atts[key] = a
+		seen[rec.Key()] = true
+		a, old := m.trackLocked(rec)
+		if a != nil {
 			added = append(added, a)
-			m.log.Debug("watching attachment", attachmentAttrs(rec)...)
 		}
+		closing = append(closing, old)
 	}
-	for key, a := range m.atts {
+	for key := range m.atts {
 		if !seen[key] {
-			m.log.Debug("attachment record gone (DEL or GC)", attachmentAttrs(a.rec)...)
-			closing = append(closing, a.sub)
-			m.forget(a)
-			delete(m.atts, key)
+			closing = append(closing, m.dropLocked(key))
 		}
 	}
 	events := m.eventsOn
 	m.mu.Unlock()
 	m.recMu.Unlock()
+	m.reconciled(added, closing, events)
+}
+
+// reconcileFile brings the monitor's view of one record file up to date,
+// as an event about that file asks: it reads that record alone, so an
+// event costs the same however many records there are. A file that cannot
+// be read is left to the sweep, which counts it; a record under another
+// name than its key's (not the plugin's doing) makes the whole directory
+// read again, and its removal is left to the sweep.
+func (m *Monitor) reconcileFile(name string) {
+	rec, err := m.store.LoadFile(name)
+	switch {
+	case err == nil && state.FileName(rec.Key()) != name:
+		recs, _ := m.store.List()
+		m.reconcile(recs)
+		return
+	case err != nil && !errors.Is(err, state.ErrNotFound):
+		m.log.Debug("attachment record unreadable; the sweep reports it", "file", name, "err", err)
+		return
+	}
+	m.recMu.Lock()
+	m.mu.Lock()
+	var added []*attachment
+	var closing *subscription
+	if rec != nil {
+		var a *attachment
+		if a, closing = m.trackLocked(rec); a != nil {
+			added = append(added, a)
+		}
+	} else if key, ok := m.files[name]; ok {
+		closing = m.dropLocked(key)
+	}
+	events := m.eventsOn
+	m.mu.Unlock()
+	m.recMu.Unlock()
+	m.reconciled(added, []*subscription{closing}, events)
+}
+
+// trackLocked remembers rec unless its attachment is known already, and
+// returns the new attachment (nil when known) and the subscription of the
+// attachment it replaced under its key, to close. Call with recMu and mu
+// held.
+func (m *Monitor) trackLocked(rec *state.Record) (added *attachment, closing *subscription) {
+	key := rec.Key()
+	a := m.atts[key]
+	if a != nil && sameAttachment(a.rec, rec) {
+		return nil, nil
+	}
+	if a != nil {
+		m.log.Debug("attachment record replaced", attachmentAttrs(rec)...)
+		closing = a.sub
+		m.forget(a)
+	}
+	a = &attachment{rec: rec, drift: map[drift.Reason]string{}}
+	m.atts[key] = a
+	m.files[state.FileName(key)] = key
+	m.log.Debug("watching attachment", attachmentAttrs(rec)...)
+	return a, closing
+}
+
+// dropLocked forgets the attachment of key, whose record went, and returns
+// its subscription, to close. Call with recMu and mu held.
+func (m *Monitor) dropLocked(key state.Key) *subscription {
+	a := m.atts[key]
+	if a == nil {
+		return nil
+	}
+	m.log.Debug("attachment record gone (DEL or GC)", attachmentAttrs(a.rec)...)
+	s := a.sub
+	m.forget(a)
+	delete(m.atts, key)
+	delete(m.files, state.FileName(key))
+	return s
+}
+
+// reconciled closes the subscriptions of attachments gone and, with events
+// on, subscribes to the new ones and queues their first checks. Call
+// without locks held.
+func (m *Monitor) reconciled(added []*attachment, closing []*subscription, events bool) {
 	for _, s := range closing {
 		s.close()
 	}
@@ -763,6 +832,7 @@ func (m *Monitor) removeStale(a *attachment) {
 		sub = a.sub
 		m.forget(a)
 		delete(m.atts, rec.Key())
+		delete(m.files, state.FileName(rec.Key()))
 	}
 	m.mu.Unlock()
 	sub.close()
