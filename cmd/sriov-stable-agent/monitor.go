@@ -33,8 +33,11 @@ Repairs (--repair, comma-separated; default none):
   name     rename a pod VF back to its recorded ifname: the link is down
            for the few milliseconds the rename takes
   host     give a free VF in the host netns its host name back and remove
-           altnames a pod left on it (needs the host netns: --host-netns)
-Pod repairs need CAP_NET_ADMIN besides CAP_SYS_ADMIN. A GUID, MAC or MTU
+           altnames a pod left on it, only where a name is proven to have
+           come back from one of its attachments (needs the host netns:
+           --host-netns)
+Pod repairs need CAP_NET_ADMIN besides CAP_SYS_ADMIN, and are never made
+in the host's netns (the agent's own or --host-netns). A GUID, MAC or MTU
 is never changed.
 
 Exit status: 0 after SIGTERM or SIGINT, 1 the metrics server failed,
