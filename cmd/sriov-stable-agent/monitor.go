@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,8 +33,11 @@ Repairs (--repair, comma-separated; default none):
   name     rename a pod VF back to its recorded ifname: the link is down
            for the few milliseconds the rename takes
   host     give a free VF in the host netns its host name back and remove
-           altnames a pod left on it (needs the host netns: --host-netns)
-Pod repairs need CAP_NET_ADMIN besides CAP_SYS_ADMIN. A GUID, MAC or MTU
+           altnames a pod left on it, only where a name is proven to have
+           come back from one of its attachments (needs the host netns:
+           --host-netns)
+Pod repairs need CAP_NET_ADMIN besides CAP_SYS_ADMIN, and are never made
+in the host's netns (the agent's own or --host-netns). A GUID, MAC or MTU
 is never changed.
 
 Exit status: 0 after SIGTERM or SIGINT, 1 the metrics server failed,
@@ -104,7 +106,7 @@ func runMonitor(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err != nil {
 		return c.Fail(cmdline.ExitFailure, "listen for metrics: %v", err)
 	}
-	srv := &http.Server{Handler: mon.Handler(reg), ReadHeaderTimeout: 5 * time.Second}
+	srv, ln := monitor.NewServer(ln, mon.Handler(reg), monitor.DefaultMaxConns)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("serving metrics", "addr", ln.Addr().String())
@@ -124,10 +126,21 @@ func runMonitor(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		code = cmdline.ExitFailure
 	}
 	cancel()
-	shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
+	// Everything stops within stopTimeout, well inside the DaemonSet's
+	// grace period: the monitor's loops end at once, and a goroutine
+	// blocked in a sysfs or netlink read is left behind (exiting ends it).
+	shutdownCtx, done := context.WithTimeout(context.Background(), stopTimeout)
 	defer done()
 	_ = srv.Shutdown(shutdownCtx)
-	<-monDone
-	log.Info("drift monitor stopped")
+	select {
+	case <-monDone:
+		log.Info("drift monitor stopped")
+	case <-shutdownCtx.Done():
+		log.Warn("drift monitor did not stop in time; exiting without it", "timeout", stopTimeout)
+	}
 	return code
 }
+
+// stopTimeout bounds the agent's shutdown after SIGTERM: the metrics
+// server's and the monitor's together. The DaemonSet gives the pod 10 s.
+const stopTimeout = 5 * time.Second

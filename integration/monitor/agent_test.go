@@ -165,6 +165,10 @@ type agent struct {
 	url  string
 	logs *syncBuffer
 	pid  int
+	cmd  *exec.Cmd
+	// exited receives the agent's exit, once; stopped is set after it.
+	exited  chan error
+	stopped bool
 }
 
 // agentBin is bin/sriov-stable-agent from `make build` ($CNI_TEST_BIN_DIR),
@@ -221,18 +225,11 @@ func startAgentWith(t *testing.T, n *node, caps []string, extra ...string) *agen
 		t.Fatalf("start agent: %v", err)
 	}
 	a.pid = cmd.Process.Pid // setpriv execs the agent: same process
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	a.cmd, a.exited = cmd, make(chan error, 1)
+	go func() { a.exited <- cmd.Wait() }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			if err != nil {
-				t.Errorf("agent exited with %v after SIGTERM\n%s", err, a.logs)
-			}
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Errorf("agent did not stop within 10s of SIGTERM\n%s", a.logs)
+		if !a.stopped {
+			a.terminate(10 * time.Second)
 		}
 		if t.Failed() {
 			t.Logf("agent log:\n%s", a.logs)
@@ -243,6 +240,26 @@ func startAgentWith(t *testing.T, n *node, caps []string, extra ...string) *agen
 		return code == http.StatusOK
 	})
 	return a
+}
+
+// terminate sends the agent SIGTERM, as the kubelet does, and returns how
+// long it took to exit; it must exit 0 within limit, else it is killed.
+func (a *agent) terminate(limit time.Duration) time.Duration {
+	a.t.Helper()
+	a.stopped = true
+	start := time.Now()
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-a.exited:
+		if err != nil {
+			a.t.Errorf("agent exited with %v after SIGTERM\n%s", err, a.logs)
+		}
+	case <-time.After(limit):
+		_ = a.cmd.Process.Kill()
+		<-a.exited
+		a.t.Errorf("agent did not stop within %s of SIGTERM\n%s", limit, a.logs)
+	}
+	return time.Since(start)
 }
 
 func (a *agent) get(path string) (int, string) {

@@ -59,9 +59,20 @@ type LeftoverInput struct {
 	Links     []netlink.Link   // the links of the host network namespace
 	Spec      *hostconfig.Spec // the node's hostconfig spec, for host names; nil for none
 	LinkDir   string           // where hostconfig's .link files are installed ("" for none)
-	// PodNames are more names pods used (ifnames, altnames), such as
-	// those of records that are gone.
-	PodNames []string
+	// History holds more names the plugin's attachments of each VF carried
+	// in their pods, by the VF's PCI address: the ifnames and altnames of
+	// records that are gone, names a check saw the VF under in its pod.
+	History map[string][]string
+	// Strict reports only what is proven a leftover, as the monitor's host
+	// repairs need before they rename anything: a name or altname that an
+	// attachment of this very VF carried in its pod (its record, kept while
+	// the pod's netns is gone, or History says so), the kernel's dev<N> on
+	// a VF that was attached (the name it comes home under when its pod
+	// name is taken), or another VF's stable altname. A name that is only
+	// shaped like a pod's (net<N>, dev<N>), equal to some other pod's
+	// ifname, or the kernel's probe name is then left alone. Without
+	// Strict (the doctor) those are reported too, for a person to judge.
+	Strict bool
 }
 
 // Host name sources, in the order they are tried.
@@ -94,8 +105,10 @@ type vfEntry struct {
 
 // FindLeftovers lists the free VFs of the host netns that carry a name or
 // altnames left behind. A VF is free when no record claims it, or only
-// records whose netns is gone. notes says what could not be used (a spec
-// that does not resolve, unreadable .link files); err is a sysfs failure.
+// records whose netns is gone. With Strict, only what is proven left over
+// by an attachment of the VF is listed. notes says what could not be used
+// (a spec that does not resolve, unreadable .link files); err is a sysfs
+// failure.
 func FindLeftovers(in LeftoverInput) (found []Leftover, notes []string, err error) {
 	if in.AltName == "" {
 		in.AltName = config.DefaultAltName
@@ -109,6 +122,16 @@ func FindLeftovers(in LeftoverInput) (found []Leftover, notes []string, err erro
 	claimed := map[string]bool{}
 	podNames := map[string]bool{}
 	podAlts := map[string]bool{}
+	attached := map[string]map[string]bool{} // VF → names its attachments carried in their pods
+	carried := func(pci, name string) {
+		if name == "" {
+			return
+		}
+		if attached[pci] == nil {
+			attached[pci] = map[string]bool{}
+		}
+		attached[pci][name] = true
+	}
 	for _, r := range in.Records {
 		if vfnet.NetnsAlive(r.Netns) {
 			claimed[r.PCI] = true
@@ -117,15 +140,22 @@ func FindLeftovers(in LeftoverInput) (found []Leftover, notes []string, err erro
 		if r.AltName != "" {
 			podAlts[r.AltName] = true
 		}
+		carried(r.PCI, r.IfName)
+		carried(r.PCI, r.AltName)
 	}
-	for _, n := range in.PodNames {
-		podNames[n] = true
+	for pci, used := range in.History {
+		for _, n := range used {
+			podNames[n] = true
+			carried(pci, n)
+		}
 	}
 	stable := map[string]string{} // VF → its stable altname
+	stableAlts := map[string]bool{}
 	for _, v := range vfs {
 		if alt, err := config.RenderAltName(in.AltName, v.pci, v.pf, v.index); err == nil {
 			stable[v.pci] = alt
-			podAlts[alt] = true // another VF's stable altname is stale on this one
+			stableAlts[alt] = true // another VF's stable altname is stale on this one
+			podAlts[alt] = true
 		}
 	}
 	byName := map[string]netlink.Link{}
@@ -150,7 +180,8 @@ func FindLeftovers(in LeftoverInput) (found []Leftover, notes []string, err erro
 			if !ok {
 				continue // sysfs was mounted in another netns
 			}
-			j := judge{v: v, link: l, stable: stable[v.pci], want: names[v.pci], podNames: podNames, podAlts: podAlts, byName: byName, byAlt: byAlt}
+			j := judge{v: v, link: l, stable: stable[v.pci], want: names[v.pci], podNames: podNames, podAlts: podAlts,
+				strict: in.Strict, attached: attached[v.pci], stableAlts: stableAlts, byName: byName, byAlt: byAlt}
 			if lo, ok := j.leftover(); ok {
 				found = append(found, lo)
 			}
@@ -166,7 +197,11 @@ type judge struct {
 	stable            string
 	want              hostName
 	podNames, podAlts map[string]bool
-	byName, byAlt     map[string]netlink.Link
+	// With strict, only attached (the names this VF's attachments carried
+	// in their pods) and stableAlts (every VF's stable altname) count.
+	strict               bool
+	attached, stableAlts map[string]bool
+	byName, byAlt        map[string]netlink.Link
 }
 
 func (j judge) leftover() (Leftover, bool) {
@@ -193,7 +228,7 @@ func (j judge) leftover() (Leftover, bool) {
 		if alt == j.stable || alt == j.want.altName {
 			continue
 		}
-		if j.podAlts[alt] || j.podNames[alt] || runtimeNameRE().MatchString(alt) || probeNameRE().MatchString(alt) {
+		if j.staleAltName(alt) {
 			lo.StaleAltNames = append(lo.StaleAltNames, alt)
 		}
 	}
@@ -207,8 +242,26 @@ func (j judge) leftover() (Leftover, bool) {
 	return lo, true
 }
 
+// staleAltName reports whether alt, neither the VF's stable altname nor
+// the one its host name comes with, was left on it.
+func (j judge) staleAltName(alt string) bool {
+	if j.strict {
+		return j.attached[alt] || j.stableAlts[alt]
+	}
+	return j.podAlts[alt] || j.podNames[alt] || runtimeNameRE().MatchString(alt) || probeNameRE().MatchString(alt)
+}
+
 // badName says why name is one to give back, or "".
 func (j judge) badName(name string) string {
+	if j.strict {
+		switch {
+		case j.attached[name]:
+			return "a name an attachment of this VF carried in its pod (it came back from a pod network namespace deleted without DEL)"
+		case len(j.attached) > 0 && strings.HasPrefix(name, "dev") && runtimeNameRE().MatchString(name):
+			return "the kernel's name for a device that came home while its name was taken, and this VF was attached to a pod"
+		}
+		return ""
+	}
 	switch {
 	case strings.HasPrefix(name, "net") && runtimeNameRE().MatchString(name):
 		return "a pod interface name (it came back from a pod network namespace deleted without DEL)"
@@ -430,7 +483,8 @@ func LeftoverRemedy(lo Leftover) string {
 	for _, alt := range lo.StaleAltNames {
 		cmds = append(cmds, "ip link property del dev "+name+" altname "+alt)
 	}
-	return "sriov-stable-agent monitor --repair=host does this; by hand: " + strings.Join(cmds, "; ")
+	return "sriov-stable-agent monitor --repair=host does this once it can prove the name came back from one of the VF's attachments; by hand: " +
+		strings.Join(cmds, "; ")
 }
 
 // countJoined counts the errors of an errors.Join, 0 for another error.

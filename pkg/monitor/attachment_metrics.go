@@ -46,8 +46,8 @@ func (p perAttachment) describe(ch chan<- *prometheus.Desc) {
 func (p perAttachment) collect(ch chan<- prometheus.Metric, atts map[state.Key]*attachment) {
 	for _, a := range atts {
 		r := a.rec
-		labels := []string{r.Network, r.PodNamespace, r.PodName, r.ContainerID, r.IfName, r.PCI}
-		ch <- prometheus.MustNewConstMetric(p.info, prometheus.GaugeValue, 1, slices.Concat(labels, []string{r.NodeGUID, string(a.status)})...)
+		labels := labelValues([]string{r.Network, r.PodNamespace, r.PodName, r.ContainerID, r.IfName, r.PCI})
+		ch <- prometheus.MustNewConstMetric(p.info, prometheus.GaugeValue, 1, slices.Concat(labels, []string{labelValue(r.NodeGUID), string(a.status)})...)
 		for _, reason := range drift.Reasons {
 			v := 0.0
 			if _, ok := a.drift[reason]; ok {

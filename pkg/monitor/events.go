@@ -80,6 +80,20 @@ func (m *Monitor) stopEvents() {
 		s.close()
 		<-s.ended
 	}
+	// Subscriptions being opened close their sockets themselves once they
+	// see events are off; one blocked in a read is left behind.
+	done := make(chan struct{})
+	go func() {
+		m.subscribers.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(m.cfg.CheckTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		m.log.Warn("a link watch is still being opened (a read that does not return); stopping without it")
+	}
 	if m.dirs != nil {
 		m.dirs.close()
 	}
@@ -120,6 +134,41 @@ func (s *subscription) close() {
 	}
 }
 
+// subscribeBounded runs subscribe on a goroutine of its own and waits for
+// it at most the check timeout: subscribing reads the VF's port state (the
+// poller's baseline) and enters the pod's netns, and a sysfs read of a
+// wedged device can block in the kernel, where it cannot be cancelled. One
+// still running is left behind: that attachment alone goes without events
+// until it returns (its checks still run; /healthz names it), and it is
+// not started again meanwhile. Call it without locks held.
+func (m *Monitor) subscribeBounded(a *attachment) {
+	m.mu.Lock()
+	if !a.subscribing.IsZero() || !m.eventsOn {
+		m.mu.Unlock()
+		return
+	}
+	a.subscribing = time.Now()
+	m.subscribers.Add(1) // under mu while events are on: stopEvents waits after turning them off
+	m.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer m.subscribers.Done()
+		defer close(done)
+		m.subscribe(a)
+		m.mu.Lock()
+		a.subscribing = time.Time{}
+		m.mu.Unlock()
+	}()
+	t := time.NewTimer(m.cfg.CheckTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		m.log.Warn("opening the attachment's link watch takes longer than the check timeout (a read that does not return); going on without it",
+			attachmentAttrs(a.rec)...)
+	}
+}
+
 // subscribe opens a link watch in the attachment's netns: each
 // notification about the VF that changes what the monitor compares queues
 // a check. When the socket fails, the watch ends and the next poll opens a
@@ -148,26 +197,35 @@ func (m *Monitor) subscribe(a *attachment) {
 			}
 		},
 		func(err error) { m.subscriptionEnded(a, s, err) })
+	var pathID vfnet.NetnsID
+	if err != nil {
+		pathID, _ = vfnet.NetnsIDOf(rec.Netns) // not again until the path changes
+	}
+	var old *subscription
+	keep := false
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if a.ports == nil && m.atts[key] == a {
+	if a.ports == nil && m.atts[key] == a && m.eventsOn {
 		a.ports, ports = ports, nil
 	}
-	ports.close() // not needed after all
 	if err != nil {
-		a.pathID, _ = vfnet.NetnsIDOf(rec.Netns) // not again until the path changes
+		a.pathID = pathID
+	} else {
+		s.watch = w
+		m.subs++
+		if keep = m.eventsOn && m.atts[key] == a; keep {
+			old, a.sub, a.pathID, a.lastLink = a.sub, s, w.ID(), ""
+		}
+	}
+	m.mu.Unlock()
+	ports.close() // not needed after all
+	switch {
+	case err != nil:
 		m.log.Debug("no link watch", append(attachmentAttrs(rec), "err", err)...)
-		return
-	}
-	s.watch = w
-	m.subs++
-	if !m.eventsOn || m.atts[key] != a {
+	case !keep:
 		w.Close() // Run is ending, or the record went meanwhile
-		return
+	default:
+		old.close()
 	}
-	old := a.sub
-	a.sub, a.pathID, a.lastLink = s, w.ID(), ""
-	old.close()
 }
 
 // subscriptionEnded runs once a watch's socket is closed, on purpose
@@ -273,7 +331,7 @@ func (m *Monitor) pollNetns() []*attachment {
 			continue
 		}
 		if err == nil {
-			m.subscribe(a) // another netns at the path, or a lost subscription
+			m.subscribeBounded(a) // another netns at the path, or a lost subscription
 		}
 		m.queue.push(a.rec.Key(), sourceNetns)
 	}
@@ -312,7 +370,7 @@ func (m *Monitor) pollPorts(atts []*attachment) {
 type portPoll struct {
 	sys    sysfs.Reader
 	pci    string
-	busy   atomic.Bool // a read is under way, perhaps hanging
+	busy   busySince // a read is under way, perhaps hanging
 	closed atomic.Bool
 	// stale asks for the files to be opened anew, as each sweep does: a
 	// file replaced rather than removed (not sysfs, whose removed files
@@ -343,7 +401,7 @@ func newPortPoll(sys sysfs.Reader, pci string) *portPoll {
 // changed reads the files and reports whether they differ from the last
 // read (not on the first). A VF without RDMA devices has nothing to poll.
 func (p *portPoll) changed() bool {
-	if !p.busy.CompareAndSwap(false, true) {
+	if !p.busy.start() {
 		return false // a read is hanging
 	}
 	defer p.release()
@@ -448,7 +506,7 @@ func (p *portPoll) release() {
 			}
 		}
 	}
-	p.busy.Store(false)
+	p.busy.end()
 }
 
 // close closes the files, now or when the read under way ends.
@@ -457,7 +515,7 @@ func (p *portPoll) close() {
 		return
 	}
 	p.closed.Store(true)
-	if p.busy.CompareAndSwap(false, true) {
+	if p.busy.start() {
 		p.release()
 	}
 }
@@ -664,8 +722,10 @@ func (w *dirWatch) ensure() {
 
 func (w *dirWatch) close() { w.f.Close() }
 
-// watchRecords reconciles the monitor's attachments with the records
-// whenever a record file is written, renamed or removed, until ctx ends.
+// watchRecords updates the monitor's attachments whenever a record file is
+// written, renamed or removed, until ctx ends: an event about one file
+// reads that file alone (reconcileFile). When the directory itself comes,
+// goes or the kernel's queue overflowed, every record is read again.
 func (m *Monitor) watchRecords(ctx context.Context, w *dirWatch) {
 	stop := context.AfterFunc(ctx, w.close)
 	defer stop()
@@ -678,18 +738,23 @@ func (m *Monitor) watchRecords(ctx context.Context, w *dirWatch) {
 			}
 			return
 		}
-		if w.changed(buf[:n]) {
+		names, all := w.changed(buf[:n])
+		if all {
 			recs, _ := m.store.List() // unreadable files: the sweep reports them
 			m.reconcile(recs)
+			continue
+		}
+		for _, name := range names {
+			m.reconcileFile(name)
 		}
 	}
 }
 
-// changed parses inotify events and reports whether a record may have
-// appeared, changed or gone; it re-arms the watches as directories come
-// and go.
-func (w *dirWatch) changed(buf []byte) bool {
-	changed := false
+// changed parses inotify events and returns the record files that may
+// have appeared, changed or gone, each once, or all when every record
+// must be read again (the records directory came or went, events were
+// lost); it re-arms the watches as directories come and go.
+func (w *dirWatch) changed(buf []byte) (names []string, all bool) {
 	for len(buf) >= unix.SizeofInotifyEvent {
 		wd := int(binary.NativeEndian.Uint32(buf[0:4]))
 		mask := binary.NativeEndian.Uint32(buf[4:8])
@@ -707,14 +772,17 @@ func (w *dirWatch) changed(buf []byte) bool {
 		w.mu.Unlock()
 		switch {
 		case mask&unix.IN_Q_OVERFLOW != 0:
-			changed = true
+			all = true
 		case wd == wdParent && name == filepath.Base(w.records):
-			changed = true
-		case wd == wdRecords && (mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_IGNORED) != 0 ||
-			strings.HasSuffix(name, ".json") && !strings.HasPrefix(name, ".tmp-") && !strings.HasPrefix(name, ".probe-")):
-			changed = true
+			all = true
+		case wd == wdRecords && mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_IGNORED) != 0:
+			all = true
+		case wd == wdRecords && strings.HasSuffix(name, ".json") && !strings.HasPrefix(name, ".tmp-") && !strings.HasPrefix(name, ".probe-"):
+			if !slices.Contains(names, name) {
+				names = append(names, name)
+			}
 		}
 	}
 	w.ensure()
-	return changed
+	return names, all
 }

@@ -76,6 +76,9 @@ func newNode(t *testing.T, cfg Config, vfs int) *node {
 	if cfg.SysfsRoot == "" {
 		cfg.SysfsRoot = sys.Root
 	}
+	if cfg.Doctor != nil && cfg.Doctor.SysfsRoot == "" {
+		cfg.Doctor.SysfsRoot = sys.Root
+	}
 	if cfg.Interval == 0 {
 		cfg.Interval = time.Hour // one sweep at the start: the rest is events
 	}

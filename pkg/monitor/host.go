@@ -2,7 +2,6 @@ package monitor
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -16,13 +15,13 @@ import (
 // the check timeout for it: netlink requests on the host can wait long for
 // the RTNL lock. One that is still running is not started again.
 func (m *Monitor) cleanHostBounded(recs []*state.Record) {
-	if !m.hostBusy.CompareAndSwap(false, true) {
+	if !m.hostBusy.start() {
 		m.log.Debug("host cleanup still running from an earlier sweep")
 		return
 	}
 	done := make(chan struct{})
 	go func() {
-		defer m.hostBusy.Store(false)
+		defer m.hostBusy.end()
 		defer close(done)
 		m.cleanHost(recs)
 	}()
@@ -47,7 +46,9 @@ func (m *Monitor) withHost(fn func(h *vfnet.Handle) error) error {
 }
 
 // cleanHost finds the free VFs of the host netns that carry a name or
-// altnames left behind (doctor.FindLeftovers) and, for each one that has
+// altnames proven left behind by one of their attachments
+// (doctor.FindLeftovers, Strict: the records, and the names the monitor
+// saw the VF's attachments carry) and, for each one that has
 // looked the same for a whole sweep interval (so a VF that host-device is
 // moving home and about to rename is left alone), gives it its host name
 // back and removes the stale altnames.
@@ -58,11 +59,14 @@ func (m *Monitor) cleanHost(recs []*state.Record) {
 			return err
 		}
 		m.mu.Lock()
-		podNames := slices.Collect(maps.Keys(m.podNames))
+		history := make(map[string][]string, len(m.history))
+		for pci, names := range m.history {
+			history[pci] = slices.Clone(names)
+		}
 		m.mu.Unlock()
 		found, notes, err := doctor.FindLeftovers(doctor.LeftoverInput{
 			SysfsRoot: m.cfg.SysfsRoot, AltName: m.cfg.AltName, Records: recs, Links: links,
-			Spec: m.cfg.Spec, LinkDir: m.cfg.LinkDir, PodNames: podNames,
+			Spec: m.cfg.Spec, LinkDir: m.cfg.LinkDir, History: history, Strict: true,
 		})
 		if err != nil {
 			return err

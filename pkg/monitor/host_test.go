@@ -16,6 +16,7 @@ import (
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/vfnet"
@@ -42,16 +43,27 @@ func hostLinks(t *testing.T, host ns.NetNS) map[string][]string {
 	return out
 }
 
-// With --repair=host, free VFs that came home with a pod's name or
-// altnames get their host name back (from a .link file, else from the
-// PCI address) and lose the stale altnames, once they have looked so for
-// a whole sweep; a VF a live record claims and a VF named well are left
-// alone.
+// With --repair=host, free VFs that came back from an attachment still
+// carrying its pod's name or altnames get their host name back (from a
+// .link file, else from the PCI address) and lose those altnames, once
+// they have looked so for a whole sweep; the proof is a record of the VF
+// whose netns is gone, or an attachment of it the monitor saw go. A VF
+// that was never attached is left alone, though its name is a live pod's
+// ifname or looks like a pod's; so are a VF a live record claims and a VF
+// named well.
 func TestHostCleanup(t *testing.T) {
 	requireRoot(t)
 	sys := sysfstest.New(t)
 	sys.AddPF(testPF, 8, sysfstest.Device{})
-	names := []string{"net1", "dev7", "net2", "ibp24s0f0v3"}
+	names := []string{
+		"net1",        // 0: its record's pod netns is gone; the record says net1, rail0
+		"dev7",        // 1: the monitor saw its attachment (net1) go: the kernel named it dev7 on the way home
+		"net2",        // 2: a live record claims it
+		"ibp24s0f0v3", // 3: named well
+		"rail7",       // 4: never attached; the live pod of VF 2 calls its interface rail7
+		"net3",        // 5: never attached; only looks like a pod's name
+		"rail5",       // 6: the monitor saw its attachment, named rail5 in its pod, go
+	}
 	for i, name := range names {
 		sys.AddVF(testPF, i, vfAddr(i), sysfstest.Device{NetDev: name})
 	}
@@ -63,7 +75,7 @@ func TestHostCleanup(t *testing.T) {
 				return err
 			}
 		}
-		for name, alts := range map[string][]string{"net1": {stable(0), "rail0"}, "ibp24s0f0v3": {stable(3)}} {
+		for name, alts := range map[string][]string{"net1": {stable(0), "rail0"}, "ibp24s0f0v3": {stable(3)}, "net3": {"net4"}} {
 			l, err := netlink.LinkByName(name)
 			if err != nil {
 				return err
@@ -87,10 +99,15 @@ func TestHostCleanup(t *testing.T) {
 	heard := &recorder{}
 	f := newFixture(t, Config{SysfsRoot: sys.Root, Repairs: Repairs{Host: true}, HostNetns: host.Path(), LinkDir: linkDir, Notifiers: []Notifier{heard}})
 	live := harness.NewNetns(t)
-	for _, r := range []*state.Record{
-		{Network: "rail", ContainerID: "gone", IfName: "net1", Netns: filepath.Join(t.TempDir(), "gone"), PCI: vfAddr(0), AltName: "rail0"},
-		{Network: "rail", ContainerID: "live", IfName: "net1", Netns: live.Path(), PCI: vfAddr(2), AltName: stable(2)},
-	} {
+	gone := filepath.Join(t.TempDir(), "gone")
+	seenGo := []*state.Record{
+		{Network: "rail", ContainerID: "went1", IfName: "net1", Netns: gone, PCI: vfAddr(1), AltName: stable(1)},
+		{Network: "rail", ContainerID: "went6", IfName: "rail5", Netns: gone, PCI: vfAddr(6), AltName: stable(6)},
+	}
+	for _, r := range append([]*state.Record{
+		{Network: "rail", ContainerID: "gone", IfName: "net1", Netns: gone, PCI: vfAddr(0), AltName: "rail0"},
+		{Network: "rail", ContainerID: "live", IfName: "rail7", Netns: live.Path(), PCI: vfAddr(2), AltName: stable(2)},
+	}, seenGo...) {
 		r.Created = time.Now()
 		if err := f.store.Save(r); err != nil {
 			t.Fatal(err)
@@ -102,13 +119,24 @@ func TestHostCleanup(t *testing.T) {
 	if diff := cmp.Diff(before, hostLinks(t, host)); diff != "" {
 		t.Errorf("the first sweep changed host links (it must wait a sweep):\n%s", diff)
 	}
+	// GC removes the records of VFs 1 and 6: the monitor saw them go.
+	for _, r := range seenGo {
+		if err := f.store.Delete(r.Key()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	f.mon.Sweep(t.Context())
 	want := map[string][]string{
 		"ib0v0":                       {stable(0)},
 		vfnet.FallbackName(vfAddr(1)): {},
 		"net2":                        {},
 		"ibp24s0f0v3":                 {stable(3)},
-		"peer0":                       {}, "peer1": {}, "peer2": {}, "peer3": {},
+		"rail7":                       {},
+		"net3":                        {"net4"},
+		vfnet.FallbackName(vfAddr(6)): {},
+	}
+	for i := range names {
+		want[fmt.Sprintf("peer%d", i)] = []string{}
 	}
 	got := hostLinks(t, host)
 	for k, v := range got {
@@ -119,22 +147,54 @@ func TestHostCleanup(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("host links after the second sweep (-want +got):\n%s\nlog:\n%s", diff, f.logs)
 	}
-	f.wantValue(t, 3, "sriov_stable_repairs_total", "kind", RepairHost)
+	f.wantValue(t, 4, "sriov_stable_repairs_total", "kind", RepairHost)
 	heardRepairs := heard.repairs()
 	sort.Strings(heardRepairs)
 	wantHeard := []string{
 		vfAddr(0) + " host: removed altname rail0 from net1",
 		vfAddr(0) + " host: renamed net1 to ib0v0, from the .link file 10-sriov-stable-vf.link",
 		vfAddr(1) + " host: renamed dev7 to " + vfnet.FallbackName(vfAddr(1)) + ", from the PCI address",
+		vfAddr(6) + " host: renamed rail5 to " + vfnet.FallbackName(vfAddr(6)) + ", from the PCI address",
 	}
 	if diff := cmp.Diff(wantHeard, heardRepairs); diff != "" {
 		t.Errorf("notifiers heard (-want +got):\n%s", diff)
 	}
 	f.mon.Sweep(t.Context())
-	if c := f.logs.count(`msg="free VF repaired on the host"`); c != 3 {
-		t.Errorf("%d host repairs logged, want 3:\n%s", c, f.logs)
+	if c := f.logs.count(`msg="free VF repaired on the host"`); c != 4 {
+		t.Errorf("%d host repairs logged, want 4:\n%s", c, f.logs)
 	}
 	if strings.Contains(f.logs.String(), "not repaired") {
 		t.Errorf("a host repair was refused:\n%s", f.logs)
+	}
+}
+
+// A name the monitor saw the VF under in its pod is proof too: a pod that
+// renamed its VF to eth9, then went without DEL, sends it home as eth9,
+// and host cleanup gives it its host name back.
+func TestHostCleanupNameSeenInThePod(t *testing.T) {
+	host := harness.NewNetns(t)
+	n := newNode(t, Config{Repairs: Repairs{Host: true}, HostNetns: host.Path()}, 1)
+	n.run()
+	p := n.pods[0]
+	p.in(t, "net1", rename("eth9"))
+	n.waitFor("the rename seen", 5*time.Second, func() bool { return n.driftOf(drift.Renamed) == 1 })
+
+	// The pod's netns goes without DEL: the VF comes home as eth9, and GC
+	// removes the record.
+	p.in(t, "eth9", func(l netlink.Link) error { return netlink.LinkSetNsFd(l, int(host.Fd())) })
+	n.sys.SetNetDev(p.rec.PCI, "eth9")
+	if err := n.f.store.Delete(p.rec.Key()); err != nil {
+		t.Fatal(err)
+	}
+	n.waitFor("the record forgotten", 5*time.Second, func() bool {
+		_, ok := n.f.value(t, "sriov_stable_attachments", "network", "ib-a", "status", "ok")
+		_, drifted := n.f.value(t, "sriov_stable_attachments", "network", "ib-a", "status", "drifted")
+		return !ok && !drifted
+	})
+	n.f.mon.Sweep(t.Context())
+	n.f.mon.Sweep(t.Context())
+	want := map[string][]string{vfnet.FallbackName(p.rec.PCI): {p.rec.AltName}}
+	if diff := cmp.Diff(want, hostLinks(t, host)); diff != "" {
+		t.Errorf("host links (-want +got):\n%s\nlog:\n%s", diff, n.f.logs)
 	}
 }

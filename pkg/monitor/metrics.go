@@ -1,6 +1,10 @@
 package monitor
 
 import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/buildinfo"
@@ -51,7 +55,7 @@ func newMetrics(m *Monitor) *metrics {
 		}, []string{"kind"}),
 		repairsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNS, Name: "repairs_refused_total",
-			Help: "Repairs not made, by kind and reason (not-owner, name-taken, failed).",
+			Help: "Repairs not made, by kind and reason (not-owner, name-taken, failed, host-netns).",
 		}, []string{"kind", "reason"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNS, Name: "events_total",
@@ -111,7 +115,7 @@ func (x *metrics) Collect(ch chan<- prometheus.Metric) {
 		c.Collect(ch)
 	}
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labelValues(labels)...)
 	}
 	gauge(x.buildInfo, 1, buildinfo.Version, buildinfo.Commit)
 
@@ -169,6 +173,37 @@ func (x *metrics) Collect(ch chan<- prometheus.Metric) {
 		seen[k] = true
 		gauge(x.doctorFinding, 1, k[:]...)
 	}
+}
+
+// labelValue makes s a valid label value. Prometheus refuses a value that
+// is not UTF-8, and one such series fails the whole scrape (a 500), or
+// panics where a counter is incremented. Records are JSON, whose decoder
+// already replaces invalid bytes, but a doctor's subject comes from sysfs
+// names, raw bytes. Each byte that is not part of valid UTF-8 becomes
+// \xNN, so distinct values stay distinct series.
+func labelValue(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for len(s) > 0 {
+		r, size := utf8.DecodeRuneInString(s)
+		if r == utf8.RuneError && size <= 1 {
+			fmt.Fprintf(&b, `\x%02x`, s[0])
+		} else {
+			b.WriteString(s[:size])
+		}
+		s = s[size:]
+	}
+	return b.String()
+}
+
+// labelValues is labelValue of each, in place.
+func labelValues(vs []string) []string {
+	for i, v := range vs {
+		vs[i] = labelValue(v)
+	}
+	return vs
 }
 
 // Collector returns the monitor's Prometheus collector.

@@ -15,10 +15,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
@@ -189,6 +189,9 @@ type attachment struct {
 	pathID   vfnet.NetnsID
 	lastLink string // linkSummary of the VF's last notification
 	ports    *portPoll
+	// subscribing is when the goroutine opening the link watch (and
+	// reading the port state's baseline) began; zero when none runs.
+	subscribing time.Time
 	// Per repair kind: when it may run again, and the refusal last logged;
 	// with events, the timer that checks again when a backoff ends.
 	repairs map[string]*repairState
@@ -203,22 +206,29 @@ type Monitor struct {
 	sys   sysfs.Reader
 	log   *slog.Logger
 	met   *metrics
+	// ownNetns is the network namespace the agent runs in: with the one
+	// --host-netns names, the host's, where no pod repair is ever made.
+	ownNetns vfnet.NetnsID
 
 	queue *queue // attachments to check now (events.go)
 
 	// recMu serializes reconciles: the sweep's and the state dir watch's.
 	recMu sync.Mutex
 	dirs  *dirWatch // nil without events, or when inotify is unavailable
-	// hostBusy is set while a host cleanup runs (it may be stuck in the kernel).
-	hostBusy atomic.Bool
+	// A host cleanup or a doctor run under way; either may be stuck in the
+	// kernel.
+	hostBusy, doctorBusy busySince
+	// subscribers are the goroutines opening link watches (subscribeAsync).
+	subscribers sync.WaitGroup
 
 	mu          sync.Mutex
 	atts        map[state.Key]*attachment
+	files       map[string]state.Key    // record file name → key, of the attachments in atts
 	inflight    map[state.Key]time.Time // checks still running, possibly past their timeout
 	pending     map[state.Key]bool      // checks asked for while one was running
 	eventsOn    bool                    // Run's event machinery is up: reconcile opens subscriptions
 	subs        int                     // open link subscriptions
-	podNames    map[string]bool         // ifnames and altnames of records gone, for host cleanup
+	history     map[string][]string     // VF → names its attachments carried in their pods, for host cleanup
 	hostPrev    map[string]string       // leftover VFs of the last host scan → what they looked like
 	hostNotes   map[string]bool         // host cleanup notes already logged
 	started     time.Time
@@ -244,30 +254,47 @@ func New(cfg Config) (*Monitor, error) {
 		sys:         sysfs.Reader{Root: cfg.SysfsRoot},
 		log:         cfg.Logger,
 		atts:        map[state.Key]*attachment{},
+		files:       map[string]state.Key{},
 		inflight:    map[state.Key]time.Time{},
 		pending:     map[state.Key]bool{},
-		podNames:    map[string]bool{},
+		history:     map[string][]string{},
 		hostPrev:    map[string]string{},
 		hostNotes:   map[string]bool{},
 		queue:       newQueue(),
 		started:     time.Now(),
 		doctorKnown: map[string]doctor.Finding{},
 	}
+	own, err := ownNetns()
+	if err != nil {
+		return nil, fmt.Errorf("the agent's own network namespace: %w", err)
+	}
+	m.ownNetns = own
 	m.met = newMetrics(m)
 	m.queue.counts = func(source string) { m.met.events.WithLabelValues(source).Inc() }
 	return m, nil
 }
 
+// ownNetns is the network namespace the calling process runs in: that of
+// a thread no goroutine has moved elsewhere (vfnet enters pod netns only
+// on locked threads, and brings them back).
+func ownNetns() (vfnet.NetnsID, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return vfnet.NetnsIDOf("/proc/thread-self/ns/net")
+}
+
 // Run sweeps every interval, checks attachments as events come (unless
 // SweepOnly), and runs the doctor every doctor interval, until ctx ends.
-// When it returns, every link subscription is closed.
+// When it returns, every link subscription is closed. It returns even
+// while a sysfs or netlink read blocks in the kernel: the goroutine stuck
+// in it is left behind, and ends when the read does.
 func (m *Monitor) Run(ctx context.Context) {
 	m.log.Info("drift monitor started", "stateDir", m.cfg.StateDir, "sysfsRoot", m.cfg.SysfsRoot,
 		"interval", m.cfg.Interval, "checkTimeout", m.cfg.CheckTimeout, "staleGrace", m.cfg.StaleGrace,
 		"events", !m.cfg.SweepOnly, "pollInterval", m.cfg.PollInterval, "repair", m.cfg.Repairs.String())
 	var wg sync.WaitGroup
 	if m.cfg.Doctor != nil {
-		wg.Go(func() { m.every(ctx, m.cfg.DoctorInterval, m.RunDoctor) })
+		wg.Go(func() { m.every(ctx, m.cfg.DoctorInterval, m.runDoctorBounded) })
 	}
 	if !m.cfg.SweepOnly {
 		m.startEvents(ctx, &wg)
@@ -475,6 +502,9 @@ func (m *Monitor) inspect(rec *state.Record) outcome {
 		m.mu.Lock()
 		if a := m.current(rec); a != nil {
 			a.ifindex = obs.IfIndex
+			if obs.Name != rec.IfName {
+				m.carried(rec.PCI, obs.Name) // it may come home so named
+			}
 		}
 		m.mu.Unlock()
 	}
@@ -508,40 +538,109 @@ func sameAttachment(a, b *state.Record) bool {
 // reconcile makes the monitor's set of attachments the records': new
 // records are remembered (and, with events on, subscribed to and queued
 // for a check), records gone are forgotten and their subscriptions closed.
+// Subscribing, which can block in the kernel, comes after recMu is
+// released.
 func (m *Monitor) reconcile(recs []*state.Record) {
 	m.recMu.Lock()
-	defer m.recMu.Unlock()
 	var added []*attachment
 	var closing []*subscription
 	m.mu.Lock()
 	seen := make(map[state.Key]bool, len(recs))
 	for _, rec := range recs {
-		key := rec.Key()
-		seen[key] = true
-		a := m.atts[key]
-		if a != nil && !sameAttachment(a.rec, rec) {
-			m.log.Debug("attachment record replaced", attachmentAttrs(rec)...)
-			closing = append(closing, a.sub)
-			m.forget(a)
-			a = nil
-		}
-		if a == nil {
-			a = &attachment{rec: rec, drift: map[drift.Reason]string{}}
-			m.atts[key] = a
+		seen[rec.Key()] = true
+		a, old := m.trackLocked(rec)
+		if a != nil {
 			added = append(added, a)
-			m.log.Debug("watching attachment", attachmentAttrs(rec)...)
 		}
+		closing = append(closing, old)
 	}
-	for key, a := range m.atts {
+	for key := range m.atts {
 		if !seen[key] {
-			m.log.Debug("attachment record gone (DEL or GC)", attachmentAttrs(a.rec)...)
-			closing = append(closing, a.sub)
-			m.forget(a)
-			delete(m.atts, key)
+			closing = append(closing, m.dropLocked(key))
 		}
 	}
 	events := m.eventsOn
 	m.mu.Unlock()
+	m.recMu.Unlock()
+	m.reconciled(added, closing, events)
+}
+
+// reconcileFile brings the monitor's view of one record file up to date,
+// as an event about that file asks: it reads that record alone, so an
+// event costs the same however many records there are. A file that cannot
+// be read is left to the sweep, which counts it; a record under another
+// name than its key's (not the plugin's doing) makes the whole directory
+// read again, and its removal is left to the sweep.
+func (m *Monitor) reconcileFile(name string) {
+	rec, err := m.store.LoadFile(name)
+	switch {
+	case err == nil && state.FileName(rec.Key()) != name:
+		recs, _ := m.store.List()
+		m.reconcile(recs)
+		return
+	case err != nil && !errors.Is(err, state.ErrNotFound):
+		m.log.Debug("attachment record unreadable; the sweep reports it", "file", name, "err", err)
+		return
+	}
+	m.recMu.Lock()
+	m.mu.Lock()
+	var added []*attachment
+	var closing *subscription
+	if rec != nil {
+		var a *attachment
+		if a, closing = m.trackLocked(rec); a != nil {
+			added = append(added, a)
+		}
+	} else if key, ok := m.files[name]; ok {
+		closing = m.dropLocked(key)
+	}
+	events := m.eventsOn
+	m.mu.Unlock()
+	m.recMu.Unlock()
+	m.reconciled(added, []*subscription{closing}, events)
+}
+
+// trackLocked remembers rec unless its attachment is known already, and
+// returns the new attachment (nil when known) and the subscription of the
+// attachment it replaced under its key, to close. Call with recMu and mu
+// held.
+func (m *Monitor) trackLocked(rec *state.Record) (added *attachment, closing *subscription) {
+	key := rec.Key()
+	a := m.atts[key]
+	if a != nil && sameAttachment(a.rec, rec) {
+		return nil, nil
+	}
+	if a != nil {
+		m.log.Debug("attachment record replaced", attachmentAttrs(rec)...)
+		closing = a.sub
+		m.forget(a)
+	}
+	a = &attachment{rec: rec, drift: map[drift.Reason]string{}}
+	m.atts[key] = a
+	m.files[state.FileName(key)] = key
+	m.log.Debug("watching attachment", attachmentAttrs(rec)...)
+	return a, closing
+}
+
+// dropLocked forgets the attachment of key, whose record went, and returns
+// its subscription, to close. Call with recMu and mu held.
+func (m *Monitor) dropLocked(key state.Key) *subscription {
+	a := m.atts[key]
+	if a == nil {
+		return nil
+	}
+	m.log.Debug("attachment record gone (DEL or GC)", attachmentAttrs(a.rec)...)
+	s := a.sub
+	m.forget(a)
+	delete(m.atts, key)
+	delete(m.files, state.FileName(key))
+	return s
+}
+
+// reconciled closes the subscriptions of attachments gone and, with events
+// on, subscribes to the new ones and queues their first checks. Call
+// without locks held.
+func (m *Monitor) reconciled(added []*attachment, closing []*subscription, events bool) {
 	for _, s := range closing {
 		s.close()
 	}
@@ -549,7 +648,7 @@ func (m *Monitor) reconcile(recs []*state.Record) {
 		return
 	}
 	for _, a := range added {
-		m.subscribe(a)
+		m.subscribeBounded(a)
 		m.queue.push(a.rec.Key(), sourceRecord)
 	}
 }
@@ -557,18 +656,41 @@ func (m *Monitor) reconcile(recs []*state.Record) {
 // forget notes the pod names of an attachment that goes: a VF that comes
 // home still carrying them is cleaned up on the host. Call with mu held.
 func (m *Monitor) forget(a *attachment) {
-	if len(m.podNames) > 1024 {
-		m.podNames = map[string]bool{}
-	}
-	m.podNames[a.rec.IfName] = true
-	if a.rec.AltName != "" {
-		m.podNames[a.rec.AltName] = true
-	}
+	m.carried(a.rec.PCI, a.rec.IfName, a.rec.AltName)
 	a.sub = nil
 	a.ports.close()
 	if a.retry != nil {
 		a.retry.Stop()
 	}
+}
+
+// History bounds: names kept per VF (the newest), VFs kept in all.
+const (
+	historyNames = 8
+	historyVFs   = 4096
+)
+
+// carried notes names an attachment of VF pci carried in its pod (its
+// record's ifname and altname, a name a check saw it under): the proof
+// host cleanup needs before it renames a free VF that carries one of them.
+// The history is the agent's memory only; it starts empty at each start,
+// where the records of pods whose netns is gone still prove theirs. Call
+// with mu held.
+func (m *Monitor) carried(pci string, names ...string) {
+	if len(m.history) >= historyVFs && m.history[pci] == nil {
+		m.history = map[string][]string{}
+	}
+	h := m.history[pci]
+	for _, n := range names {
+		if n == "" || slices.Contains(h, n) {
+			continue
+		}
+		h = append(h, n)
+		if len(h) > historyNames {
+			h = h[1:]
+		}
+	}
+	m.history[pci] = h
 }
 
 // retryLater queues a check of the attachment at t (not zero), when a
@@ -664,7 +786,7 @@ func (m *Monitor) applyFindings(a *attachment, findings []drift.Finding) func() 
 		_, was := a.drift[r]
 		switch {
 		case drifting && !was:
-			m.met.driftEvents.WithLabelValues(a.rec.Network, string(r)).Inc()
+			m.met.driftEvents.WithLabelValues(labelValue(a.rec.Network), string(r)).Inc()
 			m.log.Warn("drift detected", append(attachmentAttrs(a.rec), "reason", string(r), "detail", detail)...)
 			appeared = append(appeared, drift.Finding{Reason: r, Detail: detail})
 		case !drifting && was:
@@ -718,6 +840,7 @@ func (m *Monitor) removeStale(a *attachment) {
 		sub = a.sub
 		m.forget(a)
 		delete(m.atts, rec.Key())
+		delete(m.files, state.FileName(rec.Key()))
 	}
 	m.mu.Unlock()
 	sub.close()

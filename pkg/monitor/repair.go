@@ -38,9 +38,10 @@ const (
 	refusedNotOwner  = "not-owner"  // the record changed or went, another record claims the VF, or the VF or netns is not the one checked
 	refusedNameTaken = "name-taken" // another link holds the name or altname
 	refusedFailed    = "failed"     // a lock, read or netlink request failed
+	refusedHostNetns = "host-netns" // the record's netns is the host's: a pod repair there would change the host
 )
 
-var refusals = []string{refusedNotOwner, refusedNameTaken, refusedFailed}
+var refusals = []string{refusedNotOwner, refusedNameTaken, refusedFailed, refusedHostNetns}
 
 // maxRepairBackoff bounds the wait between repeated repairs of one kind on
 // one attachment.
@@ -160,8 +161,9 @@ func repairsFor(findings []drift.Finding, allowed []string, waiting map[string]t
 // ADD and DEL take, so neither runs meanwhile) the record on disk must be
 // the one checked, byte for byte (so the same netns, VF and pod UID), no
 // other record may claim the VF, and in the netns, still the one the check
-// observed, the VF must be found again by PCI address. It returns what was
-// done and the drift after it. A GUID, MAC or MTU is never changed.
+// observed and not the host's, the VF must be found again by PCI address.
+// It returns what was done and the drift after it. A GUID, MAC or MTU is
+// never changed.
 func (m *Monitor) repairPod(rec *state.Record, exp drift.Expect, seen *drift.Observation, kinds []string) (results []repairResult, after []drift.Finding) {
 	refuse := func(reason, format string, args ...any) ([]repairResult, []drift.Finding) {
 		detail := fmt.Sprintf(format, args...)
@@ -182,9 +184,17 @@ func (m *Monitor) repairPod(rec *state.Record, exp drift.Expect, seen *drift.Obs
 	err = vfnet.InNetns(rec.Netns, func(h *vfnet.Handle) error {
 		obs, link, l, err := drift.ObserveWith(h, exp, m.sys)
 		l.Close()
+		if err != nil {
+			return err
+		}
+		host, err := m.isHostNetns(obs.Netns)
 		switch {
 		case err != nil:
-			return err
+			results, _ = refuse(refusedFailed, "cannot tell whether netns %s is the host's: %v", rec.Netns, err)
+			return nil
+		case host:
+			results, _ = refuse(refusedHostNetns, "netns %s is the host's network namespace (%s): no pod repair is made there", rec.Netns, obs.Netns)
+			return nil
 		case obs.Netns != seen.Netns:
 			results, _ = refuse(refusedNotOwner, "netns %s is now %s, not %s where the drift was seen", rec.Netns, obs.Netns, seen.Netns)
 			return nil
@@ -214,6 +224,23 @@ func (m *Monitor) repairPod(rec *state.Record, exp drift.Expect, seen *drift.Obs
 		return refuse(refusedFailed, "%v", err)
 	}
 	return results, after
+}
+
+// isHostNetns reports whether id is the host's network namespace: the
+// agent's own, or the one --host-netns names. Identities are compared, not
+// paths: a record's netns path may be a bind mount of the host's.
+func (m *Monitor) isHostNetns(id vfnet.NetnsID) (bool, error) {
+	if id == m.ownNetns {
+		return true, nil
+	}
+	if m.cfg.HostNetns == "" {
+		return false, nil
+	}
+	host, err := vfnet.NetnsIDOf(m.cfg.HostNetns)
+	if err != nil {
+		return false, err
+	}
+	return id == host, nil
 }
 
 // stillOwner says why the record no longer owns its VF, or "": called with

@@ -1,6 +1,8 @@
 package monitor
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +11,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/google/go-cmp/cmp"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
@@ -227,4 +230,71 @@ func TestRepairBackoff(t *testing.T) {
 		t.Errorf("repaired again %s after the first repair, want after the %s backoff", took, backoff)
 	}
 	n.f.wantValue(t, 1, "sriov_stable_sweeps_total")
+}
+
+// bindNetns bind-mounts the netns file of n at a new path, as a runtime's
+// netns path is a bind mount: a path that names the same namespace.
+func bindNetns(t *testing.T, n ns.NetNS) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "netns")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(n.Path(), path, "", unix.MS_BIND, ""); err != nil {
+		t.Fatalf("bind %s at %s: %v", n.Path(), path, err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(path, unix.MNT_DETACH) })
+	return path
+}
+
+// A record whose netns is the host's is never repaired, however its path
+// names it: here a bind mount of the test's host stand-in, which the
+// monitor knows as --host-netns, or as its own netns. A VF renamed and
+// stripped of its altname there stays so; each refusal is counted under
+// host-netns and logged once.
+func TestRepairSkipsTheHostNetns(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		hostNetns bool // the host stand-in is --host-netns, else the agent's own
+	}{
+		{"--host-netns", true},
+		{"the agent's own netns", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			requireRoot(t)
+			host := harness.NewNetns(t)
+			cfg := Config{Repairs: Repairs{AltName: true, Name: true}}
+			if tc.hostNetns {
+				cfg.HostNetns = host.Path()
+			}
+			n := newNode(t, cfg, 0)
+			if !tc.hostNetns {
+				id, err := vfnet.NetnsIDOf(host.Path())
+				if err != nil {
+					t.Fatal(err)
+				}
+				n.f.mon.ownNetns = id // as if the agent ran in the stand-in
+			}
+			p := n.attach(0, host)
+			p.rec.Netns = bindNetns(t, host)
+			n.record(p.rec)
+			n.pods = append(n.pods, p)
+			n.run()
+
+			p.in(t, "net1", rename("eth9"))
+			n.waitFor("the rename refused", 5*time.Second, func() bool { return n.refused(RepairName, refusedHostNetns) >= 1 })
+			p.in(t, "eth9", func(l netlink.Link) error { return netlink.LinkDelAltName(l, p.rec.AltName) })
+			n.waitFor("the altname refused", 5*time.Second, func() bool { return n.refused(RepairAltName, refusedHostNetns) >= 1 })
+			l := p.link(t, "eth9")
+			if l == nil || slices.Contains(l.Attrs().AltNames, p.rec.AltName) {
+				t.Errorf("a VF in the host netns was repaired: links %v", harness.LinksIn(t, host))
+			}
+			if c := n.repairs(RepairName) + n.repairs(RepairAltName); c != 0 {
+				t.Errorf("%v repairs counted in the host netns", c)
+			}
+			if c := n.f.logs.lines(`msg="drift not repaired"`, "why=host-netns", "kind=name"); c != 1 {
+				t.Errorf("the name refusal logged %d times, want once:\n%s", c, n.f.logs)
+			}
+		})
+	}
 }
