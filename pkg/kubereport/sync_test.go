@@ -131,7 +131,8 @@ func newHarness(t *testing.T, cfg Config, prepare func(*fake.Clientset), objs ..
 }
 
 // stop ends the reporter once: the worker first handles everything
-// already queued, so after stop the action log is final.
+// already queued, so after stop the action log is final; but events the
+// broadcaster has not written yet are dropped, so wait for events before.
 func (h *harness) stop() {
 	if !h.stopped {
 		h.stopped = true
@@ -382,6 +383,14 @@ func TestDeviceTaintRuleCreatedAndDeleted(t *testing.T) {
 	h.round(report(unhealthy.Findings...)) // the same findings, as the next doctor run gives them
 	h.round(report())
 	h.waitFor("the rule's removal", func() bool { return len(h.ownRules()) == 0 })
+	wantEvents := []eventSummary{
+		nodeEvent(corev1.EventTypeWarning, ReasonNodeUnhealthy),
+		nodeEvent(corev1.EventTypeWarning, ReasonDeviceTainted),
+		nodeEvent(corev1.EventTypeNormal, ReasonNodeHealthy),
+		nodeEvent(corev1.EventTypeNormal, ReasonDeviceUntainted),
+	}
+	// Before stop: stopping the broadcaster drops what it has not written.
+	gotEvents := h.nodeEvents(len(wantEvents))
 	h.stop()
 
 	if got := h.count("list", "resourceslices", ""); got != 3 {
@@ -422,13 +431,7 @@ func TestDeviceTaintRuleCreatedAndDeleted(t *testing.T) {
 	if len(left) != len(foreign) {
 		t.Errorf("%d rules left, want the %d foreign ones: %v", len(left), len(foreign), left)
 	}
-	want := []eventSummary{
-		nodeEvent(corev1.EventTypeWarning, ReasonNodeUnhealthy),
-		nodeEvent(corev1.EventTypeWarning, ReasonDeviceTainted),
-		nodeEvent(corev1.EventTypeNormal, ReasonNodeHealthy),
-		nodeEvent(corev1.EventTypeNormal, ReasonDeviceUntainted),
-	}
-	if diff := cmp.Diff(want, h.nodeEvents(len(want))); diff != "" {
+	if diff := cmp.Diff(wantEvents, gotEvents); diff != "" {
 		t.Errorf("node events (-want +got):\n%s", diff)
 	}
 }
@@ -496,6 +499,8 @@ func TestNodeConditionWrittenOnChange(t *testing.T) {
 	if c, p := h.condition(), patches(); p != 3 || c.Status != corev1.ConditionTrue || c.Reason != ReasonHealthy {
 		t.Errorf("healthy again: %d patches in all (want 3), condition %+v", p, c)
 	}
+	wantEvents := []eventSummary{nodeEvent(corev1.EventTypeWarning, ReasonNodeUnhealthy), nodeEvent(corev1.EventTypeNormal, ReasonNodeHealthy)}
+	gotEvents := h.nodeEvents(len(wantEvents)) // before stop, which drops what the broadcaster has not written
 	h.stop()
 
 	// Strategic merge by type: the kubelet's condition stays as it was.
@@ -507,8 +512,7 @@ func TestNodeConditionWrittenOnChange(t *testing.T) {
 	if w := h.writes("nodes"); len(w) != 3 {
 		t.Errorf("node writes %v, want the 3 status patches only (no taint without TaintOnError)", w)
 	}
-	want := []eventSummary{nodeEvent(corev1.EventTypeWarning, ReasonNodeUnhealthy), nodeEvent(corev1.EventTypeNormal, ReasonNodeHealthy)}
-	if diff := cmp.Diff(want, h.nodeEvents(len(want))); diff != "" {
+	if diff := cmp.Diff(wantEvents, gotEvents); diff != "" {
 		t.Errorf("node events (-want +got):\n%s", diff)
 	}
 }
