@@ -31,12 +31,14 @@ const Domain = "sriov-stable-cni.io"
 // Component is the event source and the field manager of every write.
 const Component = "sriov-stable-agent"
 
-// Event rate limits (client-go's EventCorrelator, per involved object): a
-// burst of eventBurst, then one event every 1/eventQPS seconds. Identical
-// events within ten minutes are one event with a count (deduplication), and
-// more than ten similar ones become one "combined from similar events".
-// A port flapping every sweep therefore shows as two events whose counts
-// grow, never as a storm.
+// Event rate limits (client-go's EventCorrelator, per involved object and
+// event type): a burst of eventBurst, then one event every 1/eventQPS
+// seconds; a write that counts a repeat uses a token too. Identical events
+// within ten minutes are one event with a count (deduplication), and more
+// than ten similar ones become one "combined from similar events", written
+// (the burst being ten too) once the next token comes. A port
+// flapping every sweep therefore shows as two events whose counts grow,
+// never as a storm (TestPodEventsRateLimited).
 const (
 	eventBurst = 10
 	eventQPS   = 1.0 / 300
