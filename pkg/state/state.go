@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/crashpoint"
 )
 
 // RecordVersion is the schema version written into new records.
@@ -177,6 +179,7 @@ func writeAtomic(path string, data []byte) (err error) {
 	if err = tmp.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", tmp.Name(), err)
 	}
+	crashpoint.Hit(crashpoint.TempWritten)
 	if err = os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("rename into %s: %w", path, err)
 	}
