@@ -78,7 +78,8 @@ lab-soak:
 	LAB_SOAK_CYCLES=$${LAB_SOAK_CYCLES:-200} LAB_RUN='^TestLab13RealVFSoak$$' bash integration/lab/run.sh
 
 ## soak: the full reliability soak (integration/reliability): 1,000 ADD/CHECK/DEL cycles with renames and
-## vanished namespaces, and 500 kill -9 runs; prints the figures. CI runs the same tests smaller.
+## vanished namespaces, and 500 crash runs (SIGKILL at the plugin's crash points); prints the figures. CI runs the
+## same tests smaller.
 SOAK_CYCLES ?= 1000
 CRASH_RUNS  ?= 500
 soak: build tools

@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/vishvananda/netlink"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/crashpoint"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/rdma"
@@ -272,7 +273,9 @@ func (p *Plugin) repairName(h *vfnet.Handle, a *attachment) error {
 		if l, err := h.Refresh(link); err == nil {
 			_ = h.Rename(l, a.foundAs)
 		}
+		crashpoint.Hit(crashpoint.UndoRenamedBack)
 	})
+	crashpoint.Hit(crashpoint.Renamed)
 	p.log.Warn("repaired VF name", "vf", a.pci, "netns", h.Netns(), "was", a.foundAs, "now", want)
 	return p.refresh(h, a)
 }
@@ -599,7 +602,11 @@ func (p *Plugin) recordAttachment(_ *vfnet.Handle, a *attachment) error {
 	if err := a.lock.SetOwner(rec.Key(), rec.NodeGUID); err != nil {
 		return cniErr(types.ErrIOFailure, "VF %s: cannot record the attachment: %v", a.pci, err)
 	}
-	a.onUndo(func() { _ = a.lock.Free(rec.Key()) })
+	a.onUndo(func() {
+		_ = a.lock.Free(rec.Key())
+		crashpoint.Hit(crashpoint.UndoOwnerFreed)
+	})
+	crashpoint.Hit(crashpoint.OwnerSet)
 	if rec.NodeGUID != "" && (rdma.Finder{Sys: p.sys}).ExclusiveMode() {
 		if err := a.lock.IndexGUID(rec.Key(), rec.NodeGUID); err != nil {
 			return cniErr(types.ErrIOFailure, "VF %s: cannot record the attachment: %v", a.pci, err)
@@ -609,6 +616,7 @@ func (p *Plugin) recordAttachment(_ *vfnet.Handle, a *attachment) error {
 		return cniErr(types.ErrIOFailure, "VF %s: cannot record the attachment: %v", a.pci, err)
 	}
 	a.onUndo(func() { _ = p.store.Delete(rec.Key()) })
+	crashpoint.Hit(crashpoint.Recorded)
 	return nil
 }
 

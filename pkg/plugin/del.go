@@ -13,6 +13,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/crashpoint"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/vfnet"
@@ -58,9 +59,11 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		// Keep the record: a retried DEL can finish the job.
 		return err
 	}
+	crashpoint.Hit(crashpoint.DelHandedBack)
 	if err := p.store.Delete(key); err != nil {
 		p.log.Warn("DEL: cannot remove record", "err", err)
 	} else if lock != nil {
+		crashpoint.Hit(crashpoint.DelRecordRemoved)
 		if err := lock.Free(key); err != nil {
 			p.log.Warn("DEL: cannot clear the VF's owner index", "vf", pci, "err", err)
 		}

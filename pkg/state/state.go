@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/crashpoint"
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile"
 )
 
@@ -184,6 +185,7 @@ func writeAtomic(path string, data []byte) (err error) {
 	if err = tmp.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", tmp.Name(), err)
 	}
+	crashpoint.Hit(crashpoint.TempWritten)
 	if err = os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("rename into %s: %w", path, err)
 	}
