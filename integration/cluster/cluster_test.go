@@ -61,10 +61,14 @@ type cluster struct {
 	dyn    dynamic.Interface
 	nads   nadclient.Interface
 
-	upTook         time.Duration
-	tornDown       bool
-	teardownErr    error
-	leftAtTeardown []string // processes found after every component stopped
+	kubeletRestart restartWindow // scenario 5's kubelet restart
+
+	upTook      time.Duration
+	tornDown    bool
+	teardownErr error
+	// Found after every component stopped: containerd's shims, the
+	// processes under them.
+	shimsLeft, shimChildrenLeft []process
 }
 
 var theCluster *cluster
