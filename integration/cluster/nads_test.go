@@ -29,9 +29,13 @@ const (
 )
 
 // ours is the plugin's entry in a NAD: defaults (state dir /run/cni/sriov-stable,
-// which the monitor reads; sysfs root /sys, the fixture), a log on the node.
+// which the monitor reads; sysfs root /sys, the fixture), a log on the node,
+// and the CNIDeviceInfoFile capability, so that libcni hands it the file
+// Multus copied from the device plugin's and it completes that file's
+// rdma-device and pf-pci-address (docs/install.md, docs/architecture.md).
 func ours() map[string]any {
-	return map[string]any{"type": "sriov-stable-cni", "logFile": "/var/log/sriov-stable-cni.log", "logLevel": "debug"}
+	return map[string]any{"type": "sriov-stable-cni", "logFile": "/var/log/sriov-stable-cni.log", "logLevel": "debug",
+		"capabilities": map[string]any{"CNIDeviceInfoFile": true}}
 }
 
 func hostDevice() map[string]any { return map[string]any{"type": "host-device"} }

@@ -304,3 +304,15 @@ func (n *node) vfsHome() (missing []string) {
 	}
 	return missing
 }
+
+// pfOf is the PCI address of a VF's PF in the fixture ("" for no VF).
+func (n *node) pfOf(pci string) string {
+	for _, pf := range n.dgx.PFs {
+		for _, vf := range pf.VFs {
+			if vf.PCI == pci {
+				return pf.PCI
+			}
+		}
+	}
+	return ""
+}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	nadutils "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/utils"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -49,7 +51,8 @@ func (c *cluster) startPods(ctx context.Context, names []string, nad, res string
 // allocated to it: in the pod's netns (found by its IP), net1 carries the
 // stable altname of that VF's PCI address and the stand-in's MAC, and the
 // pod's network-status (written by Multus from our result) names net1 with
-// that MAC and the VF's PCI address in its device-info.
+// that MAC and the VF's PCI address, RDMA device and PF in its device-info:
+// the last two our plugin's completion of the Device Info file.
 func (c *cluster) checkAttachment(p *corev1.Pod, nad, pci string) error {
 	netns, err := c.podNetns(p)
 	if err != nil {
@@ -82,6 +85,13 @@ func (c *cluster) checkAttachment(p *corev1.Pod, nad, pci string) error {
 		}
 		if s.DeviceInfo == nil || s.DeviceInfo.Pci == nil || s.DeviceInfo.Pci.PciAddress != pci {
 			return fmt.Errorf("pod %s: network-status of %s has device-info %+v, want pci-address %s", p.Name, nad, s.DeviceInfo, pci)
+		}
+		// The device plugin's file has the address alone (checked in
+		// scenario 2): the RDMA device and the PF are our plugin's
+		// completion of the CNIDeviceInfoFile Multus handed it.
+		if got, want := *s.DeviceInfo.Pci, (nadv1.PciDevice{PciAddress: pci, RdmaDevice: c.node.vfByPCI(pci).RDMA, PfPciAddress: c.node.pfOf(pci)}); got != want {
+			return fmt.Errorf("pod %s: network-status of %s has pci device-info %+v, want %+v (rdma-device and pf-pci-address completed by sriov-stable-cni)",
+				p.Name, nad, got, want)
 		}
 		return nil
 	}
@@ -141,6 +151,18 @@ func TestS2EightPods(t *testing.T) {
 		seen[ids[0]] = p.Name
 		if err := c.checkAttachment(p, nadVF, ids[0]); err != nil {
 			t.Error(err)
+		}
+	}
+	// What Multus copied for our plugin to complete: the device plugin's
+	// file of each allocated VF names its address alone.
+	for pci := range seen {
+		info, err := nadutils.LoadDeviceInfoFromDP(resourceVF, pci)
+		if err != nil {
+			t.Errorf("the device plugin's Device Info file of %s: %v", pci, err)
+			continue
+		}
+		if info.Pci == nil || info.Pci.PciAddress != pci || info.Pci.RdmaDevice != "" || info.Pci.PfPciAddress != "" {
+			t.Errorf("the device plugin's Device Info file of %s is %+v, want its pci-address alone", pci, info.Pci)
 		}
 	}
 	if recs := records(t); len(recs) != 8 {
