@@ -92,7 +92,7 @@ func (c *cluster) teardown() error {
 	}
 	c.tornDown = true
 	var errs []error
-	for _, p := range []*proc{c.kubelet, c.devicePlugin, c.containerd, c.scheduler, c.controllerManager, c.apiserver, c.etcd} {
+	for _, p := range []*proc{c.kubelet, c.devicePlugin, c.kubeProxy, c.containerd, c.scheduler, c.controllerManager, c.apiserver, c.etcd} {
 		if p == nil {
 			continue
 		}
