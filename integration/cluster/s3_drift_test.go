@@ -29,6 +29,10 @@ type record struct {
 	IfName      string `json:"ifName"`
 	Netns       string `json:"netns"`
 	PCI         string `json:"pci"`
+	// FoundAs is the name ADD found the VF under, AddedAltName whether ADD
+	// added its altname.
+	FoundAs      string `json:"foundAs"`
+	AddedAltName bool   `json:"addedAltName"`
 }
 
 // recordOf returns the record of the attachment holding a VF.
