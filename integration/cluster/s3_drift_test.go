@@ -168,8 +168,8 @@ func TestS3DriftAndDelete(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, m.Dump("sriov_stable_attachment"))
 	}
-	figf("3 drift", "net1 renamed in a pod to drift in /metrics (shipped DaemonSet)", "%d ms (bound %v; scraped every %v; sweep interval %v, no sweep in between; link events %v to %v)",
-		took.Milliseconds(), driftBound, driftPoll, interval, before[linkEvents], m[linkEvents])
+	figf("3 drift", "net1 renamed in a pod to drift in /metrics (shipped DaemonSet)", "%d ms (bound %v; scraped every %v; sweep interval %v, sweeps %v to %v, link events %v to %v)",
+		took.Milliseconds(), driftBound, driftPoll, interval, before[sweeps], m[sweeps], before[linkEvents], m[linkEvents])
 	if took > driftBound {
 		t.Errorf("the monitor reported the rename %v after it, over the bound %v", took.Round(time.Millisecond), driftBound)
 	}
