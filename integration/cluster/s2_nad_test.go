@@ -201,5 +201,7 @@ func TestS2EightPods(t *testing.T) {
 		vfs = append(vfs, pci)
 	}
 	slices.Sort(vfs)
-	t.Logf("VFs allocated, found under their udev name, renamed net1 and verified in the pods: %s", strings.Join(vfs, " "))
+	if !t.Failed() {
+		t.Logf("VFs allocated, found under their udev name, renamed net1 and verified in the pods: %s", strings.Join(vfs, " "))
+	}
 }
