@@ -90,11 +90,11 @@ func TestS8PodEvents(t *testing.T) {
 		}
 	}
 	figf("8 pod events", "net1 renamed to VFDrift event on the pod", "%.1f s (DaemonSet as shipped: link events, sweep every 30 s)", first.Seconds())
-	path, err := c.inClusterPath(ctx, ds)
-	if err != nil {
+	if path, err := c.inClusterPath(ctx, ds); err != nil {
 		t.Error(err)
+	} else {
+		figf("8 in-cluster", "the agent to the API server", "%s", path)
 	}
-	figf("8 in-cluster", "the agent to the API server", "%s", path)
 	figf("8 pod events", "events after flapping", "%d renames: VFDrift count %d, VFDriftRecovered count %d", flaps, drifted.Count, recovered.Count)
 
 	for _, want := range []string{"VF " + pci, "(net1, network " + nadVF + ")", "renamed: VF " + pci + " is named drift0, expected net1"} {
