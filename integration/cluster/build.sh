@@ -2,7 +2,7 @@
 # Builds every binary the cluster e2e runs, at the versions of versions.env,
 # and puts them in one directory (the argument). The upstream components are
 # built from their tools modules (tools/kubernetes, tools/etcd,
-# tools/containerd, tools/runc, tools/multus) and cached outside the repo under
+# tools/containerd, tools/runc, tools/multus, tools/kubectl, tools/kube-proxy) and cached outside the repo under
 # a key of the module's go.mod and go.sum, the build flags and the Go
 # version, so a second run builds nothing of theirs; the project's own
 # binaries and the CNI plugins are built from the project's module (the Go
@@ -11,7 +11,7 @@
 #   integration/cluster/build.sh OUT_DIR [COMPONENT...]
 #
 # COMPONENT is one of project multus runc containerd etcd kubernetes kubectl
-# (default: all of them).
+# kube-proxy (default: all of them).
 # Environment: CLUSTER_CACHE (default /var/cache/sriov-stable-cluster).
 set -euo pipefail
 
@@ -41,6 +41,7 @@ check_pins() {
 	done <<EOF
 tools/kubernetes k8s.io/kubernetes $KUBERNETES
 tools/kubectl k8s.io/kubernetes $KUBERNETES
+tools/kube-proxy k8s.io/kubernetes $KUBERNETES
 tools/etcd go.etcd.io/etcd/server/v3 $ETCD
 tools/containerd github.com/containerd/containerd/v2 $CONTAINERD
 tools/runc github.com/opencontainers/runc $RUNC
@@ -49,7 +50,7 @@ tools/multus gopkg.in/k8snetworkplumbingwg/multus-cni.v4 $MULTUS
 EOF
 	# Every staging module of Kubernetes at its v0.<minor>.<patch> twin.
 	want="v0.${KUBERNETES#v1.}"
-	for dir in tools/kubernetes tools/kubectl; do
+	for dir in tools/kubernetes tools/kubectl tools/kube-proxy; do
 		while read -r line; do
 			case $line in *" => "*) ;; *) continue ;; esac
 			got=${line##* }
@@ -112,6 +113,13 @@ build_kubectl() {
 	CGO_ENABLED=0 cached kubectl-$KUBERNETES tools/kubectl -ldflags "$(kube_ldflags)" -- k8s.io/kubernetes/cmd/kubectl
 }
 
+# kube-proxy, from a module of its own like kubectl: the kubernetes
+# Service's ClusterIP, which the agent's in-cluster client dials, is
+# translated by its nftables rules in the e2e's network namespace.
+build_kube_proxy() {
+	CGO_ENABLED=0 cached kube-proxy-$KUBERNETES tools/kube-proxy -ldflags "$(kube_ldflags)" -- k8s.io/kubernetes/cmd/kube-proxy
+}
+
 build_etcd() {
 	CGO_ENABLED=0 cached etcd-$ETCD tools/etcd -ldflags "-s -w" -- go.etcd.io/etcd/server/v3
 	# go build names it after the package path's last element before /v3.
@@ -152,11 +160,12 @@ main() {
 	shift
 	mkdir -p "$CACHE" "$OUT"
 	check_pins
-	[ $# -gt 0 ] || set -- project multus runc containerd etcd kubernetes kubectl
+	[ $# -gt 0 ] || set -- project multus runc containerd etcd kubernetes kubectl kube-proxy
 	for c in "$@"; do
 		case $c in
 		project | multus | runc | containerd | etcd | kubernetes | kubectl) "build_$c" ;;
-		*) die "no component $c (project multus runc containerd etcd kubernetes kubectl)" ;;
+		kube-proxy) build_kube_proxy ;;
+		*) die "no component $c (project multus runc containerd etcd kubernetes kubectl kube-proxy)" ;;
 		esac
 	done
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -54,17 +55,21 @@ type cluster struct {
 	node *node
 	pki  *pki
 
-	etcd, containerd, apiserver, controllerManager, scheduler, kubelet, devicePlugin *proc
+	etcd, containerd, apiserver, controllerManager, scheduler, kubeProxy, kubelet, devicePlugin *proc
 
 	rest   *rest.Config
 	client kubernetes.Interface
 	dyn    dynamic.Interface
 	nads   nadclient.Interface
 
-	upTook         time.Duration
-	tornDown       bool
-	teardownErr    error
-	leftAtTeardown []string // processes found after every component stopped
+	kubeletRestart restartWindow // scenario 5's kubelet restart
+
+	upTook      time.Duration
+	tornDown    bool
+	teardownErr error
+	// Found after every component stopped: containerd's shims, the
+	// processes under them.
+	shimsLeft, shimChildrenLeft []process
 }
 
 var theCluster *cluster
@@ -95,6 +100,7 @@ func newCluster() (*cluster, error) {
 		{"controller-manager and scheduler", c.startControllers},
 		{"device plugin and kubelet", c.startKubelet},
 		{"node ready", c.waitNode},
+		{"kube-proxy", c.startKubeProxy},
 		{"NetworkAttachmentDefinition CRD and test namespace", c.prepareAPI},
 	}
 	for _, s := range steps {
@@ -386,6 +392,68 @@ func (c *cluster) startKubelet() error {
 		return err
 	}
 	return c.devicePlugin.start()
+}
+
+// kubeProxyConfig: nftables mode (this kernel has nf_tables built in;
+// Debian's nft, which it runs, comes from run.sh's packages), its rules in
+// the run's network namespace like everything else. Nothing outside that
+// namespace is touched: conntrack limits and timeouts are left as they are
+// (maxPerCore 0, min 0, zero timeouts: the nf_conntrack hash size is
+// global to the host), no oom_score_adj is asked for (this machine's
+// processes cannot lower theirs), and health and metrics listen on
+// loopback.
+func (c *cluster) kubeProxyConfig() string {
+	return fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: nftables
+clientConnection:
+  kubeconfig: %[1]s
+hostnameOverride: %[2]s
+bindAddress: %[3]s
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+clusterCIDR: %[4]s
+oomScoreAdj: 0
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+`, c.pki.Kubeconfig, nodeName, nodeIP, podSubnet)
+}
+
+// startKubeProxy runs kube-proxy on the node and waits until the
+// kubernetes Service's ClusterIP answers: the API server's /readyz through
+// the VIP, which no link of the node holds (only kube-proxy's DNAT makes it
+// reachable). Pods reach it the same way; scenario 8 checks that the agent
+// does.
+func (c *cluster) startKubeProxy() error {
+	cfg := filepath.Join(runDir, "kube-proxy.yaml")
+	if err := os.WriteFile(cfg, []byte(c.kubeProxyConfig()), 0o644); err != nil {
+		return err
+	}
+	c.kubeProxy = newProc(c.node.logDir, "kube-proxy", "--config="+cfg, "--v=1")
+	if err := c.kubeProxy.start(); err != nil {
+		return err
+	}
+	vip := rest.CopyConfig(c.rest)
+	vip.Host = "https://" + net.JoinHostPort(firstServiceIP().String(), "443")
+	client, err := kubernetes.NewForConfig(vip)
+	if err != nil {
+		return err
+	}
+	return waitFor(60*time.Second, 200*time.Millisecond, "the kubernetes Service's ClusterIP answering", func() (bool, error) {
+		if err := c.kubeProxy.exitedEarly(); err != nil {
+			return false, fatalErr{err}
+		}
+		if _, err := httpGet(http.DefaultClient, "http://127.0.0.1:10256/healthz"); err != nil {
+			return false, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err == nil && string(body) == "ok", err
+	})
 }
 
 // waitNode waits for the node to be Ready with both resources advertised,

@@ -24,17 +24,25 @@ import (
 const (
 	nadVF       = "ib-vf"           // [host-device, sriov-stable-cni]
 	nadUdev     = "ib-vf-udev"      // [host-device, rename-as-udev, sriov-stable-cni]: renames injected as the soak does
+	nadUdevName = "ib-vf-udev-name" // as nadUdev, the VF renamed to its udev (host) name: scenario 2
 	nadZeroGUID = "ib-vf-zero-guid" // as nadVF, on the VF with a zero GUID
 	nadHostDev  = "ib-vf-hostdev"   // [host-device] alone: the baseline of the latency figure
 )
 
 // ours is the plugin's entry in a NAD: defaults (state dir /run/cni/sriov-stable,
-// which the monitor reads; sysfs root /sys, the fixture), a log on the node.
+// which the monitor reads; sysfs root /sys, the fixture), a log on the node,
+// and the CNIDeviceInfoFile capability, so that libcni hands it the file
+// Multus copied from the device plugin's and it completes that file's
+// rdma-device and pf-pci-address (docs/install.md, docs/architecture.md).
 func ours() map[string]any {
-	return map[string]any{"type": "sriov-stable-cni", "logFile": "/var/log/sriov-stable-cni.log", "logLevel": "debug"}
+	return map[string]any{"type": "sriov-stable-cni", "logFile": pluginLog, "logLevel": "debug",
+		"capabilities": map[string]any{"CNIDeviceInfoFile": true}}
 }
 
 func hostDevice() map[string]any { return map[string]any{"type": "host-device"} }
+
+// pluginLog is our plugin's log on the node (in the work dir's var-log/).
+const pluginLog = "/var/log/sriov-stable-cni.log"
 
 var nadsOnce sync.Once
 
@@ -52,6 +60,7 @@ func (c *cluster) ensureNADs(t *testing.T) {
 		}{
 			{nadVF, resourceVF, []map[string]any{hostDevice(), ours()}},
 			{nadUdev, resourceVF, []map[string]any{hostDevice(), {"type": "rename-as-udev", "newName": "ib0"}, ours()}},
+			{nadUdevName, resourceVF, []map[string]any{hostDevice(), {"type": "rename-as-udev", "newName": "{host}"}, ours()}},
 			{nadZeroGUID, resourceZeroGUID, []map[string]any{hostDevice(), ours()}},
 			{nadHostDev, resourceVF, []map[string]any{hostDevice()}},
 		} {

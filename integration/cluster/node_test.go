@@ -21,7 +21,8 @@ import (
 
 // The node's addresses, all inside the run's network namespace: the node IP
 // (on lo: kubelet wants a node IP that is not a loopback address), the pod
-// network behind the bridge, and the service range (never routed).
+// network behind the bridge, and the service range (routed to lo; kube-proxy
+// translates the kubernetes Service's ClusterIP).
 // Documentation and benchmarking ranges, so they cannot collide with
 // anything real.
 const (
@@ -154,7 +155,12 @@ func detachMounts(dir string) error {
 	return nil
 }
 
-// nodeAddress brings lo up with the node IP on it.
+// nodeAddress brings lo up with the node IP on it, and routes the service
+// range there: a real node's default route covers ClusterIPs, so that a
+// connection from the node itself gets as far as kube-proxy's output
+// rules, which translate it (without a route, connect fails before any
+// rule sees it). Pods need no such route: their packets are translated as
+// they arrive on the bridge, before routing.
 func nodeAddress() error {
 	lo, err := netlink.LinkByName("lo")
 	if err != nil {
@@ -166,6 +172,14 @@ func nodeAddress() error {
 	addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(nodeIP), Mask: net.CIDRMask(32, 32)}}
 	if err := netlink.AddrAdd(lo, addr); err != nil {
 		return fmt.Errorf("add the node IP %s to lo: %w", nodeIP, err)
+	}
+	_, services, err := net.ParseCIDR(serviceCIDR)
+	if err != nil {
+		return err
+	}
+	route := &netlink.Route{LinkIndex: lo.Attrs().Index, Dst: services, Src: net.ParseIP(nodeIP), Scope: netlink.SCOPE_LINK}
+	if err := netlink.RouteAdd(route); err != nil {
+		return fmt.Errorf("route the service range %s to lo: %w", serviceCIDR, err)
 	}
 	return nil
 }
@@ -303,4 +317,16 @@ func (n *node) vfsHome() (missing []string) {
 		}
 	}
 	return missing
+}
+
+// pfOf is the PCI address of a VF's PF in the fixture ("" for no VF).
+func (n *node) pfOf(pci string) string {
+	for _, pf := range n.dgx.PFs {
+		for _, vf := range pf.VFs {
+			if vf.PCI == pci {
+				return pf.PCI
+			}
+		}
+	}
+	return ""
 }

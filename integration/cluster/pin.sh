@@ -2,7 +2,7 @@
 # Writes the tools modules of the cluster e2e from versions.env: after
 # changing a version there, run
 #   integration/cluster/pin.sh
-# and commit tools/{kubernetes,kubectl,etcd,containerd,runc}/go.{mod,sum}. Each is
+# and commit tools/{kubernetes,kubectl,kube-proxy,etcd,containerd,runc}/go.{mod,sum}. Each is
 # its own module so that no component drags another's (or the project's)
 # dependency versions. CNI plugins and Multus are pinned by the project's
 # go.mod and tools/multus; build.sh checks them against versions.env.
@@ -66,9 +66,18 @@ pin_kubectl() {
 	kubernetes_module kubectl "kubectl (the e2e prints what an operator sees with it)" k8s.io/kubernetes/cmd/kubectl
 }
 
+# kube-proxy too: the e2e's pods reach the API server through the
+# kubernetes Service's ClusterIP, as the agent's in-cluster client does on a
+# real node.
+pin_kube_proxy() {
+	kubernetes_module kube-proxy "kube-proxy (the kubernetes Service's ClusterIP in the e2e's netns)" \
+		k8s.io/kubernetes/cmd/kube-proxy
+}
+
 main() {
 	pin_kubernetes
 	pin_kubectl
+	pin_kube_proxy
 	new_module etcd "etcd $ETCD"
 	tools etcd "go.etcd.io/etcd/server/v3@$ETCD"
 	new_module containerd "containerd, ctr and containerd-shim-runc-v2 $CONTAINERD"

@@ -164,10 +164,21 @@ func waitFor(timeout, interval time.Duration, what string, cond func() (bool, er
 // fatalErr ends a waitFor at once.
 type fatalErr struct{ error }
 
+// process is one process of the PID namespace, as /proc shows it.
+type process struct {
+	pid, ppid int
+	exe       string // the resolved executable ("" when unreadable)
+	cmdline   string
+}
+
+func (p process) String() string {
+	return fmt.Sprintf("%d (parent %d) %s", p.pid, p.ppid, p.cmdline)
+}
+
 // otherProcesses lists the processes of the PID namespace other than PID 1
 // (the init stage) and this one.
-func otherProcesses() []string {
-	var out []string
+func otherProcesses() []process {
+	var out []process
 	self := os.Getpid()
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -175,8 +186,82 @@ func otherProcesses() []string {
 		if err != nil || pid == 1 || pid == self {
 			continue
 		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		out = append(out, fmt.Sprintf("%d %s", pid, strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")))
+		dir := filepath.Join("/proc", e.Name())
+		cmdline, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
+		exe, _ := os.Readlink(filepath.Join(dir, "exe"))
+		p := process{pid: pid, ppid: parentPID(dir), exe: exe,
+			cmdline: strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")}
+		out = append(out, p)
 	}
 	return out
+}
+
+// parentPID reads the parent's PID from /proc/<pid>/stat (the field after
+// the parenthesized command name, which may itself hold spaces).
+func parentPID(dir string) int {
+	b, _ := os.ReadFile(filepath.Join(dir, "stat"))
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+// shimBinary is the runtime shim containerd starts per sandbox.
+const shimBinary = "containerd-shim-runc-v2"
+
+// isKnownShim tells a shim of this cluster's containerd: the e2e's own
+// containerd-shim-runc-v2 serving the CRI's namespace k8s.io.
+func isKnownShim(p process) bool {
+	want, err := filepath.EvalSymlinks(filepath.Join(*binDir, shimBinary))
+	return err == nil && p.exe == want && strings.Contains(" "+p.cmdline+" ", " -namespace k8s.io ")
+}
+
+// sortLeftovers splits what is left once every component stopped into
+// the known shims, the processes under them (the containers they run,
+// pause included) and anything else, which no teardown should find.
+func sortLeftovers(procs []process) (shims, containers, unknown []process) {
+	byPID := map[int]process{}
+	for _, p := range procs {
+		byPID[p.pid] = p
+	}
+	underShim := func(p process) bool {
+		for seen := 0; p.ppid > 1 && seen < len(procs); seen++ {
+			parent, ok := byPID[p.ppid]
+			if !ok {
+				return false
+			}
+			if isKnownShim(parent) {
+				return true
+			}
+			p = parent
+		}
+		return false
+	}
+	for _, p := range procs {
+		switch {
+		case isKnownShim(p):
+			shims = append(shims, p)
+		case underShim(p):
+			containers = append(containers, p)
+		default:
+			unknown = append(unknown, p)
+		}
+	}
+	return shims, containers, unknown
+}
+
+// joinProcs lists processes on one line.
+func joinProcs(ps []process) string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.String())
+	}
+	return strings.Join(out, "; ")
 }

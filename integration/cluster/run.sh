@@ -23,8 +23,10 @@ ROOT=$(cd "$HERE/../.." && pwd)
 WORK=${CLUSTER_WORK:-$HERE/.work}
 TIMEOUT=${CLUSTER_TIMEOUT:-1200}
 # Debian packages the cluster needs: unshare and nsenter (util-linux), ip
-# (iproute2), and what runc's cgo build links (libseccomp-dev, pkg-config).
-PACKAGES=(util-linux iproute2 gcc libc6-dev libseccomp-dev pkg-config)
+# (iproute2), what runc's cgo build links (libseccomp-dev, pkg-config), and
+# nft (nftables), which kube-proxy's nftables mode runs to write its rules
+# into the run's network namespace.
+PACKAGES=(util-linux iproute2 gcc libc6-dev libseccomp-dev pkg-config nftables)
 
 export DEBIAN_FRONTEND=noninteractive
 

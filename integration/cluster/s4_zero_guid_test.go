@@ -50,9 +50,9 @@ func TestS4ZeroGUID(t *testing.T) {
 	// Multus wraps a delegate's error as text ("error adding container to
 	// network ...: %v") under a code of its own: our code reaches kubelet
 	// because our message carries it. Our plugin's log has the failure too.
-	pluginLog := readFile("/var/log/sriov-stable-cni.log")
-	if !logHas(pluginLog, "level=ERROR", "command=ADD", vf.PCI) {
-		t.Errorf("our plugin's log has no failed ADD for %s:\n%s", vf.PCI, lastLines(pluginLog, 10))
+	log := readFile(pluginLog)
+	if !logHas(log, "level=ERROR", "command=ADD", vf.PCI) {
+		t.Errorf("our plugin's log has no failed ADD for %s:\n%s", vf.PCI, lastLines(log, 10))
 	}
 	p, err := c.client.CoreV1().Pods(testNamespace).Get(ctx, "zero-guid", metav1.GetOptions{})
 	if err != nil {

@@ -42,7 +42,7 @@ func TestS6Upgrade(t *testing.T) {
 	if n := ch.rejected.Load(); n > 0 {
 		t.Errorf("%d pods rejected at admission during the upgrade (kubelet was not restarted)", n)
 	}
-	counts, msgs := c.sandboxFailures(ctx, start)
+	counts, msgs, _ := c.sandboxFailures(ctx, start)
 	for _, m := range msgs {
 		t.Errorf("event during the upgrade: %s", m)
 	}

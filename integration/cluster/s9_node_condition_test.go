@@ -31,11 +31,11 @@ func TestS9NodeCondition(t *testing.T) {
 	t.Cleanup(func() {
 		// The node as the suite built it: reporting without the taint (and
 		// its role), no taint left, the zero GUID back.
-		c.ensureReporting(t, componentReporting)
+		c.ensureReporting(t, componentReporting, true)
 		c.untaint(t)
 		c.node.setGUID(vf, zeroGUID)
 	})
-	ds := c.ensureReporting(t, componentTaint)
+	ds := c.ensureReporting(t, componentTaint, true)
 	healthy, err := c.waitNodeHealth(ctx, corev1.ConditionTrue, "", "")
 	if err != nil {
 		t.Fatal(err)
@@ -49,13 +49,13 @@ func TestS9NodeCondition(t *testing.T) {
 		t.Fatal(err)
 	}
 	figf("9 node condition", "zero GUID written to condition False and node tainted", "%.1f s (doctor every %v)",
-		time.Since(start).Seconds(), reportInterval)
+		time.Since(start).Seconds(), doctorInterval)
 	if !strings.Contains(broken.Message, "guid-invalid "+vf.PCI) {
 		t.Errorf("the condition's message does not name the VF %s: %s", vf.PCI, broken.Message)
 	}
 	// The condition is patched on change only: a doctor run that finds the
 	// same leaves it (and its heartbeat) alone.
-	time.Sleep(2 * reportInterval)
+	time.Sleep(2 * doctorInterval)
 	again, _, err := c.nodeCondition(ctx, conditionType)
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +116,7 @@ func TestS9NodeCondition(t *testing.T) {
 // taint with the value taint; for True, no taint.
 func (c *cluster) waitNodeHealth(ctx context.Context, status corev1.ConditionStatus, reason, taint string) (*corev1.NodeCondition, error) {
 	var cond *corev1.NodeCondition
-	err := waitFor(3*reportInterval+20*time.Second, 250*time.Millisecond, fmt.Sprintf("%s=%s %s", conditionType, status, reason), func() (bool, error) {
+	err := waitFor(3*doctorInterval+20*time.Second, 250*time.Millisecond, fmt.Sprintf("%s=%s %s", conditionType, status, reason), func() (bool, error) {
 		got, n, err := c.nodeCondition(ctx, conditionType)
 		if err != nil {
 			return false, err

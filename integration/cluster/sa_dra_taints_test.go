@@ -36,7 +36,7 @@ const (
 // its rules for devices no longer published.
 func TestS10DRATaints(t *testing.T) {
 	c := mustCluster(t)
-	ds := c.ensureReporting(t, componentReporting)
+	ds := c.ensureReporting(t, componentReporting, true)
 	ctx := context.Background()
 	res := c.client.ResourceV1()
 	broken, healthy := c.node.zeroGUID, c.node.vfs[len(c.node.vfs)-2]
@@ -56,7 +56,7 @@ func TestS10DRATaints(t *testing.T) {
 	if _, err := c.waitDeviceTaints(ctx, map[string]string{deviceName(broken.PCI): "sriov-stable-cni.io/guid=invalid"}); err != nil {
 		t.Fatal(err)
 	}
-	figf("10 DRA", "slice published to DeviceTaintRule on the zero-GUID VF", "%.1f s (doctor every %v)", time.Since(start).Seconds(), reportInterval)
+	figf("10 DRA", "slice published to DeviceTaintRule on the zero-GUID VF", "%.1f s (doctor every %v)", time.Since(start).Seconds(), doctorInterval)
 	c.showKubectl(t, "get", "devicetaintrules", "-o", "custom-columns=NAME:.metadata.name,DEVICE:.spec.deviceSelector.device,"+
 		"KEY:.spec.taint.key,VALUE:.spec.taint.value,EFFECT:.spec.taint.effect,PCI:.metadata.annotations.sriov-stable-cni\\.io/pci")
 
@@ -100,7 +100,7 @@ func TestS10DRATaints(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("kube-scheduler on dra-2: %s: %s", sched.Reason, sched.Message)
-	time.Sleep(2 * reportInterval)
+	time.Sleep(2 * doctorInterval)
 	if claim, err := res.ResourceClaims(testNamespace).Get(ctx, "vf-2", metav1.GetOptions{}); err != nil || claim.Status.Allocation != nil {
 		t.Errorf("with both VFs tainted the claim is allocated (%v): %+v", err, claim.Status.Allocation)
 	}
@@ -192,7 +192,7 @@ func (c *cluster) publishVFs(ctx context.Context, vfs ...sysfstest.DGXVF) error 
 func (c *cluster) waitDeviceTaints(ctx context.Context, want map[string]string) ([]resourcev1.DeviceTaintRule, error) {
 	sel := labels.Set{"app.kubernetes.io/managed-by": "sriov-stable-agent", "sriov-stable-cni.io/node": nodeName}.String()
 	var rules []resourcev1.DeviceTaintRule
-	err := waitFor(3*reportInterval+20*time.Second, 250*time.Millisecond, fmt.Sprintf("DeviceTaintRules %v", want), func() (bool, error) {
+	err := waitFor(3*doctorInterval+20*time.Second, 250*time.Millisecond, fmt.Sprintf("DeviceTaintRules %v", want), func() (bool, error) {
 		list, err := c.client.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{LabelSelector: sel})
 		if err != nil {
 			return false, err

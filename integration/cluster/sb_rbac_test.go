@@ -25,7 +25,7 @@ import (
 // without a refusal.
 func TestS11RBAC(t *testing.T) {
 	c := mustCluster(t)
-	ds := c.ensureReporting(t, componentReporting)
+	ds := c.ensureReporting(t, componentReporting, true)
 	ctx := context.Background()
 	agent := c.impersonate(t, agentUser)
 	node, err := c.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})

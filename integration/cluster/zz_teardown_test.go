@@ -39,9 +39,12 @@ func TestZTeardown(t *testing.T) {
 	// would still be there, above). A shim may still outlive containerd:
 	// kubelet restarted mid-churn while it started a pod can lose a
 	// container it made (containerd logs the sandbox's shim as gone while
-	// its process runs on). teardown killed such processes; they are
-	// counted here, and the host check after the run proves none is left.
-	figf("teardown", "shims outliving containerd (killed)", "%d %s", len(c.leftAtTeardown), strings.Join(c.leftAtTeardown, "; "))
+	// its process runs on). teardown killed such shims and their
+	// containers, and counts them here; any other process that outlived the
+	// cluster failed teardown. The host check after the run proves none is
+	// left.
+	figf("teardown", "shims outliving containerd (killed)", "%d %s", len(c.shimsLeft), joinProcs(c.shimsLeft))
+	figf("teardown", "their containers' processes (killed)", "%d", len(c.shimChildrenLeft))
 	figf("teardown", "pods deleted, cluster stopped, cgroups removed", "%.1f s", time.Since(start).Seconds())
 }
 
@@ -79,8 +82,9 @@ func (c *cluster) deleteAllPods() error {
 }
 
 // teardown stops every component, kills what is left of the pods (their
-// shims and containers: kubelet was stopped), checks no process is left in
-// the PID namespace and removes the pods' cgroups. It runs once; later
+// shims and containers: kubelet was stopped) and fails on any other process
+// left, checks no process is left in the PID namespace and removes the
+// pods' cgroups. It runs once; later
 // calls return the first result.
 func (c *cluster) teardown() error {
 	if c.tornDown {
@@ -88,7 +92,7 @@ func (c *cluster) teardown() error {
 	}
 	c.tornDown = true
 	var errs []error
-	for _, p := range []*proc{c.kubelet, c.devicePlugin, c.containerd, c.scheduler, c.controllerManager, c.apiserver, c.etcd} {
+	for _, p := range []*proc{c.kubelet, c.devicePlugin, c.kubeProxy, c.containerd, c.scheduler, c.controllerManager, c.apiserver, c.etcd} {
 		if p == nil {
 			continue
 		}
@@ -96,16 +100,24 @@ func (c *cluster) teardown() error {
 			errs = append(errs, err)
 		}
 	}
-	// What is left are containerd's shims and the containers they run; the
-	// init stage reaps them once killed.
-	c.leftAtTeardown = otherProcesses()
-	if len(c.leftAtTeardown) > 0 {
-		fmt.Printf("cluster: teardown: killing %d processes left by containerd: %s\n", len(c.leftAtTeardown), strings.Join(c.leftAtTeardown, "; "))
+	// What may be left are containerd's shims and the containers they run
+	// (a shim outlives containerd by design). Anything else is a process
+	// the cluster's components should have ended: teardown fails naming it.
+	// The init stage reaps them all once killed.
+	left := otherProcesses()
+	var unknown []process
+	c.shimsLeft, c.shimChildrenLeft, unknown = sortLeftovers(left)
+	if len(unknown) > 0 {
+		errs = append(errs, fmt.Errorf("%d processes outlived the cluster that are neither a shim of its containerd (%s -namespace k8s.io) nor under one: %s",
+			len(unknown), shimBinary, joinProcs(unknown)))
+	}
+	if len(left) > 0 {
+		fmt.Printf("cluster: teardown: killing %d processes left after every component stopped: %s\n", len(left), joinProcs(left))
 		_ = syscall.Kill(-1, syscall.SIGKILL)
 	}
 	err := waitFor(15*time.Second, 100*time.Millisecond, "no process left in the PID namespace", func() (bool, error) {
 		if l := otherProcesses(); len(l) > 0 {
-			return false, fmt.Errorf("left: %s", strings.Join(l, "; "))
+			return false, fmt.Errorf("left: %s", joinProcs(l))
 		}
 		return true, nil
 	})

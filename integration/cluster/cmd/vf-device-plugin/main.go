@@ -11,8 +11,12 @@
 // reports them to Multus (which puts the one allocated into deviceID and
 // pciBusID). Allocate answers with the environment variable
 // PCIDEVICE_<RESOURCE> listing the allocated VFs and writes each VF's Device
-// Info file (spec 1.1.0) under /var/run/k8s.cni.cncf.io/devinfo/dp, from which
-// Multus fills the device-info of the pod's network-status. A VF whose sysfs
+// Info file (spec 1.1.0) under /var/run/k8s.cni.cncf.io/devinfo/dp, which
+// Multus copies into the attachment's CNIDeviceInfoFile and, after the
+// chain's ADD, into the device-info of the pod's network-status. The file
+// holds the VF's pci-address alone, as a device plugin that knows nothing of
+// RDMA writes it: its rdma-device and pf-pci-address come from
+// sriov-stable-cni's completion of that file (the cluster e2e checks them). A VF whose sysfs
 // directory is gone is reported Unhealthy. When kubelet restarts it removes
 // every plugin socket; the plugin then serves and registers again.
 package main
@@ -250,7 +254,7 @@ func (p *plugin) Allocate(_ context.Context, req *dp.AllocateRequest) (*dp.Alloc
 			if err := nadutils.CleanDeviceInfoForDP(p.name, id); err != nil {
 				return nil, fmt.Errorf("device info of %s: %w", id, err)
 			}
-			if err := nadutils.SaveDeviceInfoForDP(p.name, id, p.deviceInfo(id)); err != nil {
+			if err := nadutils.SaveDeviceInfoForDP(p.name, id, deviceInfo(id)); err != nil {
 				return nil, fmt.Errorf("device info of %s: %w", id, err)
 			}
 		}
@@ -268,18 +272,11 @@ func (p *plugin) envName() string {
 	return "PCIDEVICE_" + strings.ToUpper(strings.NewReplacer("/", "_", ".", "_", "-", "_").Replace(p.name))
 }
 
-// deviceInfo describes a VF for the Device Info spec: its PF and its RDMA
-// device, when sysfs shows them.
-func (p *plugin) deviceInfo(vf string) *nadv1.DeviceInfo {
-	dev := filepath.Join(p.sysfs, "bus", "pci", "devices", vf)
-	pci := &nadv1.PciDevice{PciAddress: vf}
-	if target, err := os.Readlink(filepath.Join(dev, "physfn")); err == nil {
-		pci.PfPciAddress = filepath.Base(target)
-	}
-	if entries, err := os.ReadDir(filepath.Join(dev, "infiniband")); err == nil && len(entries) > 0 {
-		pci.RdmaDevice = entries[0].Name()
-	}
-	return &nadv1.DeviceInfo{Type: nadv1.DeviceInfoTypePCI, Version: nadv1.DeviceInfoVersion, Pci: pci}
+// deviceInfo describes a VF for the Device Info spec by its PCI address
+// only: no rdma-device, no pf-pci-address (the plugin under test fills
+// them in).
+func deviceInfo(vf string) *nadv1.DeviceInfo {
+	return &nadv1.DeviceInfo{Type: nadv1.DeviceInfoTypePCI, Version: nadv1.DeviceInfoVersion, Pci: &nadv1.PciDevice{PciAddress: vf}}
 }
 
 // GetPreferredAllocation is not offered (GetPreferredAllocationAvailable false).

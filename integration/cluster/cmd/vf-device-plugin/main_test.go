@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -25,5 +26,18 @@ func TestEnvName(t *testing.T) {
 	p := &plugin{name: "sriov-stable-cni.io/ibvf-zero-guid"}
 	if got, want := p.envName(), "PCIDEVICE_SRIOV_STABLE_CNI_IO_IBVF_ZERO_GUID"; got != want {
 		t.Errorf("envName() = %q, want %q", got, want)
+	}
+}
+
+// TestDeviceInfoHasAddressOnly: the file leaves rdma-device and
+// pf-pci-address to the CNI plugin's completion.
+func TestDeviceInfoHasAddressOnly(t *testing.T) {
+	got, err := json.Marshal(deviceInfo("0000:18:00.2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"type":"pci","version":"1.1.0","pci":{"pci-address":"0000:18:00.2"}}`
+	if string(got) != want {
+		t.Errorf("device info %s, want %s", got, want)
 	}
 }
