@@ -7,11 +7,14 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile"
 )
 
 // TestNoSymlinkFollowed puts a symlink where a record, a lock or the log
-// file goes, pointing at a file outside the state dir. Each open must fail
-// with ELOOP and leave the target as it was: never read as a record,
+// file goes, pointing at a file outside the state dir. Each open must be
+// refused (safefile's ErrNotRegular for records and locks, ELOOP for the
+// log) and leave the target as it was: never read as a record,
 // created, locked or written through the link.
 func TestNoSymlinkFollowed(t *testing.T) {
 	s := NewStore(t.TempDir())
@@ -33,18 +36,18 @@ func TestNoSymlinkFollowed(t *testing.T) {
 			t.Fatal(err)
 		}
 		link(t, s.Path(rec.Key()), elsewhere.Path(rec.Key()))
-		if r, err := s.Load(rec.Key()); !errors.Is(err, unix.ELOOP) {
-			t.Errorf("Load through a symlink = %+v, %v; want ELOOP", r, err)
+		if r, err := s.Load(rec.Key()); !errors.Is(err, safefile.ErrNotRegular) {
+			t.Errorf("Load through a symlink = %+v, %v; want it refused as not a regular file", r, err)
 		}
 	})
 	t.Run("lock", func(t *testing.T) {
 		target := filepath.Join(outside, "created-through-lock")
 		link(t, filepath.Join(s.Dir(), "locks", "0000:18:00.2.lock"), target)
-		if l, err := s.LockVF("0000:18:00.2"); !errors.Is(err, unix.ELOOP) {
+		if l, err := s.LockVF("0000:18:00.2"); !errors.Is(err, safefile.ErrNotRegular) {
 			if l != nil {
 				l.Unlock()
 			}
-			t.Errorf("LockVF through a symlink: %v; want ELOOP", err)
+			t.Errorf("LockVF through a symlink: %v; want it refused as not a regular file", err)
 		}
 		if _, err := os.Lstat(target); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("LockVF created %s through the symlink (%v)", target, err)
