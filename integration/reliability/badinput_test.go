@@ -196,7 +196,7 @@ func badCases() []badCase {
 				"runtimeConfig": map[string]any{"CNIDeviceInfoFile": filepath.Join(e.files, "devinfo-huge.json")}}
 		}), code: 7, msg: "larger than 64 KiB"},
 		{name: "device info file is /dev/zero", stdin: with(map[string]any{"deviceID": nil, "pciBusID": nil,
-			"runtimeConfig": map[string]any{"CNIDeviceInfoFile": "/dev/zero"}}), code: 7, msg: "/dev/zero is a character device, not a regular file"},
+			"runtimeConfig": map[string]any{"CNIDeviceInfoFile": "/dev/zero"}}), code: 7, msg: `runtimeConfig.CNIDeviceInfoFile: "/dev/zero" is outside the allowed roots`},
 		{name: "VF not in sysfs", stdin: with(map[string]any{"deviceID": "0000:5E:00.3"}), code: 100, msg: "VF 0000:5e:00.3: no such PCI device"},
 
 		// CNI_IFNAME.

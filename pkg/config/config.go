@@ -307,6 +307,7 @@ func pathFields(c *NetConf, roots Roots) []pathField {
 		{"stateDir", &c.StateDir, roots.StateDir, false, DefaultStateDir, roots.Ignored},
 		{"sysfsRoot", &c.SysfsRoot, roots.SysfsRoot, true, DefaultSysfsRoot, roots.Ignored},
 		{"logFile", &c.LogFile, roots.LogFile, false, "", roots.Ignored},
+		{"runtimeConfig.CNIDeviceInfoFile", &c.RuntimeConfig.CNIDeviceInfoFile, roots.DeviceInfo, false, "", roots.Ignored},
 	}
 }
 

@@ -9,7 +9,7 @@ import (
 // AllowedRootsEnv names the environment variable through which a node's
 // administrator lets network configurations use more directories: absolute
 // paths separated by colons, each added to the allowed roots of stateDir,
-// sysfsRoot and logFile. The plugin reads it from the environment the
+// sysfsRoot, logFile and runtimeConfig.CNIDeviceInfoFile. The plugin reads it from the environment the
 // container runtime gives it.
 const AllowedRootsEnv = "SRIOV_STABLE_CNI_ALLOWED_ROOTS"
 
@@ -24,6 +24,9 @@ type Roots struct {
 	StateDir  []string
 	SysfsRoot []string
 	LogFile   []string
+	// DeviceInfo bounds runtimeConfig.CNIDeviceInfoFile, which the plugin
+	// reads and, when it describes this VF, completes in place.
+	DeviceInfo []string
 	// Ignored holds the entries of AllowedRootsEnv that were not absolute
 	// paths, so an error can say why a root the administrator meant to add
 	// does not count.
@@ -38,6 +41,9 @@ func DefaultRoots() Roots {
 		StateDir:  []string{"/var/lib/cni", "/run"},
 		SysfsRoot: []string{"/sys"},
 		LogFile:   []string{"/var/log"},
+		// Where Multus writes the Device Info files (its default
+		// /var/run/k8s.cni.cncf.io/devinfo; /var/run is /run).
+		DeviceInfo: []string{"/var/run/k8s.cni.cncf.io/devinfo", "/run/k8s.cni.cncf.io/devinfo"},
 	}
 }
 
@@ -58,6 +64,7 @@ func RootsFrom(env string) Roots {
 			r.StateDir = append(r.StateDir, root)
 			r.SysfsRoot = append(r.SysfsRoot, root)
 			r.LogFile = append(r.LogFile, root)
+			r.DeviceInfo = append(r.DeviceInfo, root)
 		}
 	}
 	return r

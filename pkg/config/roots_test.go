@@ -16,6 +16,7 @@ func TestRootsFrom(t *testing.T) {
 		r.StateDir = append(r.StateDir, roots...)
 		r.SysfsRoot = append(r.SysfsRoot, roots...)
 		r.LogFile = append(r.LogFile, roots...)
+		r.DeviceInfo = append(r.DeviceInfo, roots...)
 		r.Ignored = ignored
 		return r
 	}
@@ -154,5 +155,40 @@ func TestParsePathsUnderRoots(t *testing.T) {
 					lenient.PathError, lenient.StateDir, lenient.SysfsRoot, lenient.LogFile)
 			}
 		})
+	}
+}
+
+// TestDeviceInfoFileUnderRoots: the plugin reads and may rewrite the
+// Device Info file a configuration names, so it is bounded like the other
+// paths: Multus' devinfo directory by default, plus the administrator's
+// roots.
+func TestDeviceInfoFileUnderRoots(t *testing.T) {
+	for _, tc := range []struct {
+		val, env string
+		ok       bool
+	}{
+		{"/var/run/k8s.cni.cncf.io/devinfo/cni/ns-pod-net1-device-info.json", "", true},
+		{"/run/k8s.cni.cncf.io/devinfo/dp/x.json", "", true},
+		{"/etc/shadow", "", false},
+		{"/var/run/k8s.cni.cncf.io/devinfo/../../../etc/passwd", "", false},
+		{"/var/run/k8s.cni.cncf.io/devinfo", "", false},
+		{"/tmp/t/devinfo.json", "/tmp", true},
+	} {
+		stdin := confJSON(t, map[string]any{"runtimeConfig": map[string]any{"CNIDeviceInfoFile": tc.val}})
+		conf, err := Parse(stdin, RootsFrom(tc.env))
+		if tc.ok != (err == nil) {
+			t.Errorf("CNIDeviceInfoFile %q (roots from %q): %v, want accepted %v", tc.val, tc.env, err, tc.ok)
+			continue
+		}
+		if err != nil && !strings.Contains(err.Error(), "invalid runtimeConfig.CNIDeviceInfoFile") {
+			t.Errorf("the error does not name the field: %v", err)
+		}
+		if err == nil && conf.RuntimeConfig.CNIDeviceInfoFile != filepath.Clean(tc.val) {
+			t.Errorf("CNIDeviceInfoFile kept as %q", conf.RuntimeConfig.CNIDeviceInfoFile)
+		}
+		lenient, lerr := ParseLenient(stdin, RootsFrom(tc.env))
+		if lerr != nil || (!tc.ok && lenient.RuntimeConfig.CNIDeviceInfoFile != "") {
+			t.Errorf("ParseLenient of %q: %v, kept %q; want the path dropped", tc.val, lerr, lenient.RuntimeConfig.CNIDeviceInfoFile)
+		}
 	}
 }

@@ -18,7 +18,7 @@ import (
 
 func parseConf(t *testing.T, stdin string) *config.NetConf {
 	t.Helper()
-	conf, err := config.Parse([]byte(stdin), config.DefaultRoots())
+	conf, err := config.Parse([]byte(stdin), config.RootsFrom(os.TempDir()))
 	if err != nil {
 		t.Fatalf("config.Parse: %v\n%s", err, stdin)
 	}
