@@ -516,3 +516,39 @@ func TestPortPollAdopt(t *testing.T) {
 		f.Close()
 	}
 }
+
+// TestFailedCheckTriedAgain: a check that fails on a read (here phys_state,
+// which the poller does not watch, unparsable as a file half rewritten
+// reads) leaves the attachment unknown; once the file is whole again the
+// attachment is checked again within a few poll intervals, not at the next
+// sweep (an hour here).
+func TestFailedCheckTriedAgain(t *testing.T) {
+	n := newNode(t, Config{PollInterval: 100 * time.Millisecond}, 2)
+	n.start()
+	ib := n.pods[1]
+	ok := func() float64 {
+		v, _ := n.f.value(t, "sriov_stable_attachments", "network", "ib-a", "status", "ok")
+		return v
+	}
+	n.waitFor("both attachments ok and subscribed", 5*time.Second, func() bool {
+		v, _ := n.f.value(t, "sriov_stable_event_subscriptions")
+		return ok() == 2 && v == 2
+	})
+	time.Sleep(300 * time.Millisecond) // the checks the records queued are done
+	dir := filepath.Join(n.sys.DevicePath(vfAddr(ib.index)), "infiniband", ib.rec.RDMA[0], "ports", "1")
+	n.sys.WriteFile(filepath.Join(dir, "phys_state"), "")
+	n.sys.WriteFile(filepath.Join(dir, "state"), "1: DOWN") // the poller's cue
+	n.waitFor("the check failing", 5*time.Second, func() bool {
+		v, _ := n.f.value(t, "sriov_stable_attachments", "network", "ib-a", "status", "unknown")
+		return v == 1
+	})
+	// The polled file back first (its check fails too), then only the
+	// file the poller does not read: no event says anything changed.
+	n.sys.WriteFile(filepath.Join(dir, "state"), "4: ACTIVE")
+	time.Sleep(500 * time.Millisecond)
+	if v := ok(); v != 1 {
+		t.Fatalf("%v attachments ok with phys_state unreadable, want 1", v)
+	}
+	n.sys.WriteFile(filepath.Join(dir, "phys_state"), "5: LinkUp")
+	n.waitFor("the attachment checked again and ok", 10*time.Second, func() bool { return ok() == 2 })
+}

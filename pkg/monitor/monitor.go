@@ -197,6 +197,9 @@ type attachment struct {
 	repairs map[string]*repairState
 	retry   *time.Timer
 	retryAt time.Time
+	// errBackoff is the wait before checking again after a failed check:
+	// the poll interval after the first, doubling to the sweep interval.
+	errBackoff time.Duration
 }
 
 // Monitor watches the attachments of one state directory.
@@ -742,6 +745,7 @@ func (m *Monitor) applyLocked(rec *state.Record, o outcome, now time.Time) (expi
 	a.checkedAt = o.started
 	switch {
 	case o.err == nil:
+		a.errBackoff = 0
 		notes = append(notes, m.applyFindings(a, o.findings))
 		for _, r := range o.repairs {
 			notes = append(notes, m.applyRepair(a, r, now))
@@ -766,6 +770,11 @@ func (m *Monitor) applyLocked(rec *state.Record, o outcome, now time.Time) (expi
 		}
 		if !o.timedOut {
 			m.met.checkErrors.Inc()
+			// A read that failed once (a device probed again, a file
+			// replaced as it was read) is tried again soon, not left to
+			// the sweep; one that keeps failing, less and less often.
+			a.errBackoff = min(max(2*a.errBackoff, m.cfg.PollInterval), m.cfg.Interval)
+			m.retryLater(a, now.Add(a.errBackoff))
 		}
 		a.status, a.lastErr = StatusUnknown, o.err.Error()
 	}
