@@ -28,7 +28,7 @@ func requireRoot(t *testing.T) {
 	t.Skip(why + " (CI runs as root and must not skip it)")
 }
 
-func newNetns(t *testing.T) ns.NetNS {
+func newNetns(t testing.TB) ns.NetNS {
 	t.Helper()
 	n, err := testutils.NewNS()
 	if err != nil {
@@ -111,5 +111,25 @@ func TestFindInNetns(t *testing.T) {
 	}
 	if l.mount != nil {
 		t.Error("the netns's sysfs instance is kept open though nothing was found in it")
+	}
+}
+
+// BenchmarkFindInNetns is ADD's exclusive-mode search for a VF whose
+// device is in no view: the host's sysfs, then a sysfs instance of the
+// pod's netns (no ib_core here, so no RDMA netlink).
+func BenchmarkFindInNetns(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	tree, pf, vf0, _ := node(b)
+	tree.HideRDMA(vf0, "mlx5_10")
+	pod := newNetns(b)
+	f := Finder{Sys: sysfs.Reader{Root: tree.Root}}
+	for b.Loop() {
+		l, err := f.Find(VF{PCI: vf0, PF: pf, Netns: pod, NetnsPath: pod.Path(), IfIndex: 1})
+		if err != nil || len(l.Devices) != 0 {
+			b.Fatal(err)
+		}
+		l.Close()
 	}
 }

@@ -116,7 +116,7 @@ func TestLinkLayer(t *testing.T) {
 
 // node is one PF with an RDMA device and two VFs with theirs, as the
 // host's sysfs shows them in shared mode.
-func node(t *testing.T) (*sysfstest.Tree, string, string, string) {
+func node(t testing.TB) (*sysfstest.Tree, string, string, string) {
 	const pf, vf0, vf1 = "0000:18:00.0", "0000:18:00.2", "0000:18:00.3"
 	tree := sysfstest.New(t)
 	tree.AddPF(pf, 8, sysfstest.Device{RDMA: &sysfstest.RDMA{Name: "mlx5_0", NodeGUID: "a088:c203:0018:1000"}})
