@@ -53,7 +53,7 @@ mount_shares() {
 }
 
 run_scenarios() {
-	set -- -test.v -test.count=1 -test.timeout=15m -lab.bin="$SHARE/bin" -lab.work="$WORK"
+	set -- -test.v -test.count=1 -test.timeout=15m -lab.bin="$SHARE/bin" -lab.crashbin="$SHARE/crashpoints" -lab.work="$WORK"
 	while read -r arg; do
 		[ -n "$arg" ] && set -- "$@" "$arg"
 	done <"$SHARE/guest-args"

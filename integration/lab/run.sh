@@ -225,6 +225,11 @@ build_plugins() {
 	# (the exclusive-mode RDMA scenarios chain it).
 	(cd "$ROOT" && go build -trimpath -ldflags '-s -w' -o "$SHARE/bin/rdma-isolate" ./integration/testplugins/rdma-isolate) ||
 		die "building rdma-isolate failed"
+	# The crash scenario's plugin, built with the crashpoints tag: it kills
+	# itself at the point SRIOV_STABLE_CNI_CRASH_POINT names.
+	mkdir -p "$SHARE/crashpoints"
+	(cd "$ROOT" && CGO_ENABLED=0 go build -trimpath -tags crashpoints -ldflags '-s -w' \
+		-o "$SHARE/crashpoints/sriov-stable-cni" ./cmd/sriov-stable-cni) || die "building the crashpoints plugin failed"
 }
 
 # build_multus builds the Multus thin plugin in its own tools module; the

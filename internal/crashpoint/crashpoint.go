@@ -16,6 +16,11 @@ type Point string
 const (
 	// Renamed: ADD renamed the VF to CNI_IFNAME (repairName).
 	Renamed Point = "renamed"
+	// AltNameAdded: ADD added the stable altname to a VF that lacked it
+	// (ensureAltName). A VF is found without its altname only by its PCI
+	// parent or ethtool bus-info, which veth stand-ins lack: the lab's
+	// real VFs reach this point (TestLab16CrashAfterAltNameAdded).
+	AltNameAdded Point = "altname-added"
 	// OwnerSet: ADD indexed its attachment as the VF's owner, before
 	// writing the record (recordAttachment).
 	OwnerSet Point = "owner-set"

@@ -295,6 +295,7 @@ func (p *Plugin) ensureAltName(h *vfnet.Handle, a *attachment) error {
 			_ = h.DelAltName(l, a.altName)
 		}
 	})
+	crashpoint.Hit(crashpoint.AltNameAdded)
 	return p.refresh(h, a)
 }
 

@@ -16,6 +16,9 @@ var (
 	binDir  = flag.String("lab.bin", "/opt/cni/bin", "directory holding host-device, sriov-stable-cni and multus")
 	workDir = flag.String("lab.work", "/tmp/lab", "directory for per-scenario state, caches and plugin logs (kept as artifacts)")
 	numVFs  = flag.Int("lab.vfs", 7, "VFs to create on every PF")
+	// crashBin holds sriov-stable-cni built with the crashpoints tag
+	// (internal/crashpoint): TestLab16CrashAfterAltNameAdded runs it.
+	crashBin = flag.String("lab.crashbin", "", "directory holding sriov-stable-cni built with -tags crashpoints")
 	// soakCycles is set by run.sh from LAB_SOAK_CYCLES (make lab-soak: 200).
 	soakCycles = flag.Int("lab.soak-cycles", 40, "ADD/CHECK/DEL cycles of TestLab13RealVFSoak")
 )
