@@ -447,7 +447,8 @@ func readFiles(files []*os.File, buf []byte) ([]byte, bool) {
 	return now, true
 }
 
-// baseline reads the files for the first time (nil: nothing to read).
+// baseline reads the files and keeps their values as those the next read
+// compares with (nil: nothing to read).
 func (p *portPoll) baseline() {
 	if p != nil {
 		p.changed()

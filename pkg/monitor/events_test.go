@@ -552,3 +552,37 @@ func TestFailedCheckTriedAgain(t *testing.T) {
 	n.sys.WriteFile(filepath.Join(dir, "phys_state"), "5: LinkUp")
 	n.waitFor("the attachment checked again and ok", 10*time.Second, func() bool { return ok() == 2 })
 }
+
+// TestPortBackAfterACheckSawItDown: a check that is not the poller's (a
+// sweep) sees an RDMA port DOWN before the poller read it, and the port
+// comes back before the poller's next read. The poller must still see a
+// change then, so the recovery is checked within a poll interval, not at
+// the next sweep: its values are taken when a check starts reading. (A
+// make bench run saw port-down reported for 30 s after the port was back.)
+func TestPortBackAfterACheckSawItDown(t *testing.T) {
+	n := newNode(t, Config{PollInterval: time.Hour}, 2) // the test reads for the poller
+	n.start()
+	ib := n.pods[1]
+	status := func(s string) float64 {
+		v, _ := n.f.value(t, "sriov_stable_attachments", "network", "ib-a", "status", s)
+		return v
+	}
+	n.waitFor("both attachments ok", 5*time.Second, func() bool { return status("ok") == 2 })
+	m := n.f.mon
+	m.mu.Lock()
+	a := m.current(ib.rec)
+	m.mu.Unlock()
+	if a == nil || a.ports == nil {
+		t.Fatal("the RDMA attachment has no port poller")
+	}
+	state := filepath.Join(n.sys.DevicePath(vfAddr(ib.index)), "infiniband", ib.rec.RDMA[0], "ports", "1", "state")
+	n.sys.WriteFile(state, "1: DOWN")
+	m.check(context.Background(), ib.rec, false) // a sweep's check
+	if got := status("drifted"); got != 1 {
+		t.Fatalf("%v attachments drifted after the check of a DOWN port, want 1", got)
+	}
+	n.sys.WriteFile(state, "4: ACTIVE")
+	if !a.ports.changed() {
+		t.Fatal("the poller sees no change when the port is back: the recovery waits for the next sweep")
+	}
+}

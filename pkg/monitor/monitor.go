@@ -483,11 +483,20 @@ func (m *Monitor) inspect(rec *state.Record) outcome {
 	m.mu.Lock()
 	var allowed []string
 	var waiting map[string]time.Time
+	var ports *portPoll
 	if a := m.current(rec); a != nil {
 		exp.IfIndex = a.ifindex
 		allowed, waiting = m.podRepairs(a, now)
+		ports = a.ports
 	}
 	m.mu.Unlock()
+	// The poller's values are taken before this check reads: a change
+	// after this moment differs at its next read, even one this check sees
+	// first and that is undone before that read (a port a sweep found DOWN
+	// that comes back within a poll interval); otherwise the poller, which
+	// never saw it DOWN, would see nothing change and the recovery wait
+	// for the next sweep.
+	ports.baseline()
 	var obs *drift.Observation
 	err := vfnet.InNetns(exp.Netns, func(h *vfnet.Handle) error {
 		o, _, l, err := drift.ObserveWith(h, exp, m.sys)
