@@ -63,6 +63,7 @@ type cluster struct {
 	nads   nadclient.Interface
 
 	kubeletRestart restartWindow // scenario 5's kubelet restart
+	runtimeLeaks   int           // pod netns containerd leaked in its restart (checkNodeClean)
 
 	upTook      time.Duration
 	tornDown    bool

@@ -6,9 +6,18 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -74,12 +83,47 @@ func TestS5Churn(t *testing.T) {
 	for _, m := range ours {
 		t.Errorf("sriov-stable-cni failed a sandbox ADD during churn: %s", m)
 	}
-	c.checkNodeClean(t, "after churn")
+	c.checkLeakClassifier(t)
+	c.checkNodeClean(t, "after churn", true)
+}
+
+// checkLeakClassifier shows runtimeLeak telling the runtime's leak from
+// a leftover: an empty netns no process or container holds is a leak; the
+// same netns with a link in it is not.
+func (c *cluster) checkLeakClassifier(t *testing.T) {
+	t.Helper()
+	n, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		n.Close()
+		if err := testutils.UnmountNS(n); err != nil {
+			t.Errorf("unmount netns: %v", err)
+		}
+	}()
+	if why, err := c.runtimeLeak(n.Path()); why == "" || err != nil {
+		t.Errorf("runtimeLeak(an empty netns nothing holds) = %q, %v; want it called a leak", why, err)
+	}
+	err = n.Do(func(ns.NetNS) error {
+		return netlink.LinkAdd(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: "leftover0"}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why, err := c.runtimeLeak(n.Path()); why != "" || err == nil {
+		t.Errorf("runtimeLeak(a netns with a link in it) = %q, %v; want an error naming its links", why, err)
+	}
 }
 
 // checkNodeClean asserts that no test pod, no pod netns but the
-// DaemonSet's, no record is left and every VF is home.
-func (c *cluster) checkNodeClean(t *testing.T, when string) {
+// DaemonSet's, no record is left and every VF is home. When containerd was
+// restarted (runtimeRestarted), a netns containerd made for a sandbox it
+// had not recorded yet when it stopped is the runtime's known leak
+// (containerd/cri#568: the netns is created before the sandbox is stored,
+// and a restart forgets it): such a netns, and only such a one, is
+// listed, counted and removed instead of failing; see runtimeLeak.
+func (c *cluster) checkNodeClean(t *testing.T, when string, runtimeRestarted bool) {
 	t.Helper()
 	ctx := context.Background()
 	pods, err := c.client.CoreV1().Pods(testNamespace).List(ctx, metav1.ListOptions{})
@@ -98,6 +142,29 @@ func (c *cluster) checkNodeClean(t *testing.T, when string) {
 		t.Errorf("%s: %d records left: %v", when, len(recs), recs)
 	}
 	netns := c.node.podNetnsPaths()
+	if runtimeRestarted {
+		var kept []string
+		for _, p := range netns {
+			why, err := c.runtimeLeak(p)
+			if err != nil {
+				t.Errorf("%s: netns %s: %v", when, p, err)
+			}
+			if why == "" {
+				kept = append(kept, p)
+				continue
+			}
+			if err := removeNetnsMount(p); err != nil {
+				t.Errorf("%s: remove the netns containerd leaked: %v", when, err)
+				kept = append(kept, p)
+				continue
+			}
+			t.Logf("%s: %s: %s; removed", when, p, why)
+			c.runtimeLeaks++
+		}
+		figf("node", when+": pod netns containerd leaked while it restarted (its own bug, containerd/cri#568), removed by the test",
+			"%d", c.runtimeLeaks)
+		netns = kept
+	}
 	if len(netns) > 1 {
 		t.Errorf("%s: %d pod network namespaces left, want 1 (the DaemonSet pod's): %v", when, len(netns), netns)
 	}
@@ -111,6 +178,98 @@ func (c *cluster) restartContainerd() error {
 		return err
 	}
 	return c.waitContainerd()
+}
+
+// runtimeLeak tells why a pod netns left after a containerd restart is
+// the runtime's leak, or "" when it is not: no process is in it (every
+// sandbox's pause process holds its netns), no container containerd knows
+// names it, and nothing but lo is in it (no VF stranded there: a VF would
+// make it ours to explain). Anything else is a leftover the caller fails.
+func (c *cluster) runtimeLeak(path string) (string, error) {
+	holders, err := netnsHolders(path)
+	if err != nil || len(holders) > 0 {
+		return "", err
+	}
+	known, err := c.containerdNames(path)
+	if err != nil || known != "" {
+		return "", err
+	}
+	nsh, err := ns.GetNS(path)
+	if err != nil {
+		return "", err
+	}
+	defer nsh.Close()
+	var links []string
+	err = nsh.Do(func(ns.NetNS) error {
+		ls, err := netlinksafe.LinkList()
+		for _, l := range ls {
+			links = append(links, l.Attrs().Name)
+		}
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	if len(links) != 1 || links[0] != "lo" {
+		return "", fmt.Errorf("no process and no container of containerd holds it, but it has links %v", links)
+	}
+	return "no process in it, no container of containerd names it, only lo in it", nil
+}
+
+// netnsHolders lists the processes whose network namespace is the one
+// bound at path.
+func netnsHolders(path string) ([]string, error) {
+	var want unix.Stat_t
+	if err := unix.Stat(path, &want); err != nil {
+		return nil, err
+	}
+	procs, err := filepath.Glob("/proc/[0-9]*/ns/net")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range procs {
+		var st unix.Stat_t
+		if unix.Stat(p, &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino {
+			out = append(out, strings.Split(p, "/")[2])
+		}
+	}
+	return out, nil
+}
+
+// containerdNames returns the id of a container in containerd's k8s.io
+// namespace whose spec names the netns at path, "" when none does.
+func (c *cluster) containerdNames(path string) (string, error) {
+	ctr := func(args ...string) (string, error) {
+		args = append([]string{"--address", containerdSocket, "--namespace", "k8s.io"}, args...)
+		out, err := exec.Command(filepath.Join(*binDir, "ctr"), args...).Output()
+		if err != nil {
+			return "", fmt.Errorf("ctr %s: %w", strings.Join(args, " "), err)
+		}
+		return string(out), nil
+	}
+	ids, err := ctr("containers", "list", "--quiet")
+	if err != nil {
+		return "", err
+	}
+	for _, id := range strings.Fields(ids) {
+		info, err := ctr("containers", "info", id)
+		if err != nil {
+			return "", err
+		}
+		if strings.Contains(info, filepath.Base(path)) {
+			return id, nil
+		}
+	}
+	return "", nil
+}
+
+// removeNetnsMount unmounts a netns bind mount and removes its file.
+func removeNetnsMount(path string) error {
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("unmount %s: %w", path, err)
+	}
+	return os.Remove(path)
 }
 
 // restartKubelet stops kubelet and starts it again; it is back when its
