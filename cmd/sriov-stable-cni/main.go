@@ -21,7 +21,7 @@ func init() { runtime.LockOSThread() }
 
 func main() {
 	if os.Getenv("CNI_COMMAND") != "" {
-		skel.PluginMainFuncs(plugin.Funcs(), plugin.Versions, buildinfo.About(plugin.Name))
+		skel.PluginMainFuncs(plugin.MainFuncs(), plugin.Versions, buildinfo.About(plugin.Name))
 		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)

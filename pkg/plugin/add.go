@@ -303,7 +303,7 @@ func (p *Plugin) ensureAltName(h *vfnet.Handle, a *attachment) error {
 // them: the host's sysfs, or the pod netns in RDMA netns exclusive mode
 // (package rdma). The checks and the port wait read what it found.
 func (p *Plugin) findRDMA(h *vfnet.Handle, a *attachment) error {
-	l, err := rdma.Finder{Sys: p.sys}.Find(rdma.VF{
+	l, err := rdma.Finder{Sys: p.sys, ThreadLocked: p.threadLocked}.Find(rdma.VF{
 		PCI: a.pci, PF: a.vf.PF, Netns: h.NS(), NetnsPath: h.Netns(), IfIndex: a.link.Attrs().Index,
 		IPoIB: vfnet.LinkLayer(a.link) == config.LinkLayerInfiniBand, WantInfiniBand: p.conf.LinkLayer == config.LinkLayerInfiniBand,
 	})

@@ -33,6 +33,9 @@ type Plugin struct {
 	log   logger
 	sys   sysfs.Reader
 	store *state.Store
+	// threadLocked: the verb runs on a goroutine locked to its thread
+	// (MainFuncs), so ADD's RDMA search may enter the pod netns on it.
+	threadLocked bool
 }
 
 // New builds a plugin for one parsed configuration. logOut receives logs
@@ -55,17 +58,27 @@ func New(conf *config.NetConf, logOut io.Writer) (*Plugin, func()) {
 
 // Funcs wires the verbs for skel. Each verb parses its own configuration:
 // strictly for ADD, CHECK, GC and STATUS, leniently for DEL.
-func Funcs() skel.CNIFuncs {
+func Funcs() skel.CNIFuncs { return funcs(false) }
+
+// MainFuncs is Funcs for a caller whose goroutine is locked to its OS
+// thread for good (the command's main, locked in init): ADD then enters
+// the pod netns on that thread where it must (rdma.Finder.ThreadLocked).
+func MainFuncs() skel.CNIFuncs { return funcs(true) }
+
+func funcs(threadLocked bool) skel.CNIFuncs {
+	with := func(parse func([]byte, config.Roots) (*config.NetConf, error), verb func(*Plugin, *skel.CmdArgs) error) func(*skel.CmdArgs) error {
+		return func(a *skel.CmdArgs) error { return run(a, threadLocked, parse, verb) }
+	}
 	return skel.CNIFuncs{
-		Add:    func(a *skel.CmdArgs) error { return run(a, config.Parse, (*Plugin).Add) },
-		Check:  func(a *skel.CmdArgs) error { return run(a, config.Parse, (*Plugin).Check) },
-		Del:    func(a *skel.CmdArgs) error { return run(a, config.ParseLenient, (*Plugin).Del) },
-		GC:     func(a *skel.CmdArgs) error { return run(a, config.Parse, (*Plugin).GC) },
-		Status: func(a *skel.CmdArgs) error { return run(a, config.Parse, (*Plugin).Status) },
+		Add:    with(config.Parse, (*Plugin).Add),
+		Check:  with(config.Parse, (*Plugin).Check),
+		Del:    with(config.ParseLenient, (*Plugin).Del),
+		GC:     with(config.Parse, (*Plugin).GC),
+		Status: with(config.Parse, (*Plugin).Status),
 	}
 }
 
-func run(args *skel.CmdArgs, parse func([]byte, config.Roots) (*config.NetConf, error), verb func(*Plugin, *skel.CmdArgs) error) error {
+func run(args *skel.CmdArgs, threadLocked bool, parse func([]byte, config.Roots) (*config.NetConf, error), verb func(*Plugin, *skel.CmdArgs) error) error {
 	// The one place the plugin reads its own environment for the
 	// configuration: the node administrator's allowed roots.
 	conf, err := parse(args.StdinData, config.RootsFrom(os.Getenv(config.AllowedRootsEnv)))
@@ -74,6 +87,7 @@ func run(args *skel.CmdArgs, parse func([]byte, config.Roots) (*config.NetConf, 
 	}
 	p, closeLog := New(conf, os.Stderr)
 	defer closeLog()
+	p.threadLocked = threadLocked
 	p.adoptLegacyRecords()
 	err = verb(p, args)
 	if err != nil {

@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 )
@@ -92,25 +94,64 @@ func TestNetnsSysfsShowsItsNetns(t *testing.T) {
 
 // TestFindInNetns runs the exclusive-mode path end to end on a netns that
 // holds no RDMA device: the host's view is empty, the PF says the VF has a
-// device, so the netns is searched and every place is named.
+// device, so the netns is searched and every place is named; the same
+// through ns.Do (the agent) and on the caller's locked thread (the plugin).
 func TestFindInNetns(t *testing.T) {
 	requireRoot(t)
-	tree, pf, vf0, _ := node(t)
-	tree.HideRDMA(vf0, "mlx5_10")
+	for _, locked := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ThreadLocked=%v", locked), func(t *testing.T) {
+			if locked {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+			}
+			tree, pf, vf0, _ := node(t)
+			tree.HideRDMA(vf0, "mlx5_10")
+			pod := newNetns(t)
+			l, err := Finder{Sys: sysfs.Reader{Root: tree.Root}, ThreadLocked: locked}.Find(VF{PCI: vf0, PF: pf, Netns: pod, NetnsPath: pod.Path(), IfIndex: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			want := []string{"host sysfs " + filepath.Join(tree.Root, "bus/pci/devices", vf0, "infiniband") + ": empty",
+				"sysfs of netns " + pod.Path() + " at bus/pci/devices/" + vf0 + "/infiniband: empty",
+				"RDMA netlink: not asked, ib_core is not loaded (no " + filepath.Join(tree.Root, "module/ib_core") + ")"}
+			if len(l.Devices) != 0 || strings.Join(l.Looked, "\n") != strings.Join(want, "\n") {
+				t.Errorf("devices %+v, looked %q; want none and %q", l.Devices, l.Looked, want)
+			}
+			if l.mount != nil {
+				t.Error("the netns's sysfs instance is kept open though nothing was found in it")
+			}
+		})
+	}
+}
+
+// TestInOnLockedThread: with ThreadLocked, the call runs on the caller's
+// own thread inside the netns (its /proc/thread-self/ns/net is the pod's)
+// and the thread is back in its own netns afterwards.
+func TestInOnLockedThread(t *testing.T) {
+	requireRoot(t)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	pod := newNetns(t)
-	l, err := Finder{Sys: sysfs.Reader{Root: tree.Root}}.Find(VF{PCI: vf0, PF: pf, Netns: pod, NetnsPath: pod.Path(), IfIndex: 1})
-	if err != nil {
+	nsIno := func(path string) uint64 {
+		var st unix.Stat_t
+		if err := unix.Stat(path, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Ino
+	}
+	own, podIno := nsIno("/proc/thread-self/ns/net"), nsIno(pod.Path())
+	tid := unix.Gettid()
+	var inside uint64
+	var insideTid int
+	if err := (Finder{ThreadLocked: true}).in(pod, func() { inside, insideTid = nsIno("/proc/thread-self/ns/net"), unix.Gettid() }); err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	want := []string{"host sysfs " + filepath.Join(tree.Root, "bus/pci/devices", vf0, "infiniband") + ": empty",
-		"sysfs of netns " + pod.Path() + " at bus/pci/devices/" + vf0 + "/infiniband: empty",
-		"RDMA netlink: not asked, ib_core is not loaded (no " + filepath.Join(tree.Root, "module/ib_core") + ")"}
-	if len(l.Devices) != 0 || strings.Join(l.Looked, "\n") != strings.Join(want, "\n") {
-		t.Errorf("devices %+v, looked %q; want none and %q", l.Devices, l.Looked, want)
+	if inside != podIno || insideTid != tid {
+		t.Errorf("the call ran in netns %d on thread %d; want the pod's %d on the caller's %d", inside, insideTid, podIno, tid)
 	}
-	if l.mount != nil {
-		t.Error("the netns's sysfs instance is kept open though nothing was found in it")
+	if after := nsIno("/proc/thread-self/ns/net"); after != own {
+		t.Errorf("the thread is in netns %d afterwards, want its own %d", after, own)
 	}
 }
 

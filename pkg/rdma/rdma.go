@@ -68,6 +68,37 @@ type VF struct {
 // Finder looks for devices; Sys is the host's sysfs (a fixture in tests).
 type Finder struct {
 	Sys sysfs.Reader
+	// ThreadLocked says the calling goroutine is locked to its OS thread
+	// for good (the plugin's main, locked in init as containernetworking's
+	// plugins do), so Find may enter the VF's netns on that thread with
+	// ns.NetNS.Set and come back, as the ns package documents for a locked
+	// thread, instead of ns.NetNS.Do, which runs the call on another
+	// thread: in the plugin, where main holds its thread, that is a thread
+	// handoff costing about half a millisecond per ADD (docs/performance.md).
+	// Unset (the agent), every visit goes through Do.
+	ThreadLocked bool
+}
+
+// in runs fn with the calling thread in netns n (see ThreadLocked). When
+// the thread cannot return to its own netns the error says so: the
+// caller must stop (the plugin fails the verb) rather than go on there.
+func (f Finder) in(n ns.NetNS, fn func()) error {
+	if !f.ThreadLocked {
+		return n.Do(func(ns.NetNS) error { fn(); return nil })
+	}
+	own, err := ns.GetCurrentNS()
+	if err != nil {
+		return err
+	}
+	defer own.Close()
+	if err := n.Set(); err != nil {
+		return fmt.Errorf("enter netns %s: %w", n.Path(), err)
+	}
+	fn()
+	if err := own.Set(); err != nil {
+		return fmt.Errorf("return from netns %s to %s: %w", n.Path(), own.Path(), err)
+	}
+	return nil
 }
 
 // Lookup is what Find found, where it looked, and whether the VF is one
@@ -116,7 +147,7 @@ func (f Finder) Find(vf VF) (*Lookup, error) {
 	if vf.Netns != nil && l.Capable != "" {
 		var fsfd int
 		var ferr error
-		if err := vf.Netns.Do(func(ns.NetNS) error { fsfd, ferr = openSysfsContext(); return nil }); err != nil {
+		if err := f.in(vf.Netns, func() { fsfd, ferr = openSysfsContext() }); err != nil {
 			return nil, fmt.Errorf("look for the RDMA device of VF %s in netns %s: %w", vf.PCI, where, err)
 		}
 		if l.readNetnsSysfs(fsfd, ferr, where); len(l.Devices) > 0 {
@@ -133,16 +164,13 @@ func (f Finder) Find(vf VF) (*Lookup, error) {
 		return l, nil
 	}
 	var probe netnsProbe
-	list := func(ns.NetNS) error {
-		probe.bound, probe.listed, probe.nlErr = boundDevices(vf.IfIndex)
-		return nil
-	}
+	list := func() { probe.bound, probe.listed, probe.nlErr = boundDevices(vf.IfIndex) }
 	if vf.Netns != nil {
-		if err := vf.Netns.Do(list); err != nil {
+		if err := f.in(vf.Netns, list); err != nil {
 			return nil, fmt.Errorf("look for the RDMA device of VF %s in netns %s: %w", vf.PCI, where, err)
 		}
 	} else {
-		_ = list(nil)
+		list()
 	}
 	l.Looked = append(l.Looked, probe.netlinkLooked(where, vf.IfIndex))
 	l.Devices = probe.devices(vf)
@@ -198,13 +226,13 @@ func (l *Lookup) Refresh() error {
 	case NetnsNetlink:
 		var bound []netlinkDevice
 		var err error
-		read := func(ns.NetNS) error { bound, _, err = boundDevices(l.VF.IfIndex); return nil }
+		read := func() { bound, _, err = boundDevices(l.VF.IfIndex) }
 		if l.VF.Netns != nil {
-			if derr := l.VF.Netns.Do(read); derr != nil {
+			if derr := l.f.in(l.VF.Netns, read); derr != nil {
 				return derr
 			}
 		} else {
-			_ = read(nil)
+			read()
 		}
 		if err != nil {
 			return err
