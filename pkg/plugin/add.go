@@ -30,22 +30,23 @@ const portPollInterval = 25 * time.Millisecond
 
 // attachment is what ADD learns and decides about one VF, step by step.
 type attachment struct {
-	args    *skel.CmdArgs
-	network string
-	pod     podArgs
-	prev    *current.Result
-	pci     string
-	vf      *sysfs.VF    // the VF's PF and index (RDMA devices are in rdma)
-	rdma    *rdma.Lookup // the VF's RDMA devices, wherever they are
-	altName string
-	foundAs string
-	added   bool // we added the altname
-	lock    *state.VFLock
-	guids   func() (*sysfs.GUIDIndex, error) // the node's GUIDs for the duplicate check (see chooseGUIDIndex)
-	saved   bool                             // guids is the saved index, not a fresh scan
-	link    netlink.Link
-	obs     *drift.Observation
-	undo    []func()
+	args      *skel.CmdArgs
+	network   string
+	pod       podArgs
+	prev      *current.Result
+	pci       string
+	vf        *sysfs.VF    // the VF's PF and index (RDMA devices are in rdma)
+	rdma      *rdma.Lookup // the VF's RDMA devices, wherever they are
+	altName   string
+	foundAs   string
+	added     bool // we added the altname
+	lock      *state.VFLock
+	guidLocks []*state.GUIDLock                // held from the GUID directory check to the record (attachedDuplicate)
+	guids     func() (*sysfs.GUIDIndex, error) // the node's GUIDs for the duplicate check (see chooseGUIDIndex)
+	saved     bool                             // guids is the saved index, not a fresh scan
+	link      netlink.Link
+	obs       *drift.Observation
+	undo      []func()
 }
 
 func (a *attachment) onUndo(f func()) { a.undo = append(a.undo, f) }
@@ -75,6 +76,11 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	}
 	defer lock.Unlock()
 	a.lock = lock
+	defer func() {
+		for _, l := range a.guidLocks {
+			l.Unlock()
+		}
+	}()
 	if err := p.claimVF(a); err != nil {
 		return err
 	}
@@ -484,10 +490,27 @@ func (p *Plugin) guidProblem(a *attachment) string {
 // enters each attached VF in the state dir's GUID directory
 // (state.VFLock.IndexGUID); a match counts only while the owner's record
 // says so and its netns is alive (else the device is back in the host's
-// view, and in the index).
+// view, and in the index). It takes the lock of each of the VF's GUIDs
+// first and ADD keeps them until it returns, past its own entry and
+// record, so an ADD of another VF with one of these GUIDs waits, then sees
+// this one (state.GUIDLock).
 func (p *Plugin) attachedDuplicate(a *attachment) (rdma.Device, string) {
 	if !(rdma.Finder{Sys: p.sys}).ExclusiveMode() {
 		return rdma.Device{}, ""
+	}
+	var guids []string
+	for _, d := range a.rdma.Devices {
+		guids = append(guids, d.NodeGUID.String())
+	}
+	slices.Sort(guids)
+	for _, g := range slices.Compact(guids) {
+		l, err := p.store.LockGUID(g)
+		if err != nil {
+			p.log.Warn("cannot lock the GUID for the duplicate check; an ADD of another VF with it at the same time may pass too",
+				"vf", a.pci, "guid", g, "err", err)
+			continue
+		}
+		a.guidLocks = append(a.guidLocks, l)
 	}
 	for _, d := range a.rdma.Devices {
 		g := d.NodeGUID.String()

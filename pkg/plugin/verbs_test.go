@@ -14,6 +14,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -768,6 +769,70 @@ func TestStatus(t *testing.T) {
 			}
 			if tc.code != 0 && !strings.Contains(err.Error(), tc.msg) {
 				t.Errorf("STATUS error does not say %q: %v", tc.msg, err)
+			}
+		})
+	}
+}
+
+// TestAddWaitsForTheGUIDLock: in RDMA netns exclusive mode ADD takes its
+// VF's GUID lock before it looks for other attached VFs with that GUID and
+// keeps it until its own entry and record are written. While another holds
+// it (another ADD between its check and its record), ADD waits and writes
+// nothing; once it is released, ADD goes on. In shared mode (the host's
+// GUID index sees every device) it takes no GUID lock.
+func TestAddWaitsForTheGUIDLock(t *testing.T) {
+	requireRoot(t)
+	node := newDGX(t)
+	for _, exclusive := range []bool{true, false} {
+		t.Run(fmt.Sprintf("exclusive=%v", exclusive), func(t *testing.T) {
+			f := newFixture(t, node)
+			if exclusive {
+				f.exclusiveMode(t)
+			}
+			held, err := f.store.LockGUID(f.vf.NodeGUID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.Unlock()
+			f.moveIn(t, f.pod, "net1")
+			a := args("ctr-wait", f.pod, "net1", stdin(t, f.conf(nil), hostDeviceResult(f.pod, "net1")))
+			done := make(chan error, 1)
+			go func() {
+				done <- f.host.Do(func(ns.NetNS) error {
+					_, _, err := testutils.CmdAddWithArgs(a, func() error { return plugin.Funcs().Add(a) })
+					return err
+				})
+			}()
+			if !exclusive {
+				select {
+				case err := <-done:
+					if err != nil {
+						t.Fatalf("ADD: %v", err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("ADD in shared mode waited 10 s on a GUID lock it should not take")
+				}
+				return
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("ADD returned (%v) while another held its VF's GUID lock", err)
+			case <-time.After(500 * time.Millisecond):
+			}
+			if recs := f.records(t); len(recs) != 0 {
+				t.Errorf("ADD waiting on the GUID lock already wrote %d records", len(recs))
+			}
+			held.Unlock()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("ADD after the GUID lock was released: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("ADD still waiting 10 s after the GUID lock was released")
+			}
+			if recs := f.records(t); len(recs) != 1 {
+				t.Errorf("%d records after ADD, want 1", len(recs))
 			}
 		})
 	}

@@ -340,7 +340,41 @@ func (s *Store) LockVF(pci string) (*VFLock, error) {
 	if strings.ContainsAny(pci, "/\x00") || pci == "" || strings.HasPrefix(pci, ".") {
 		return nil, fmt.Errorf("lock VF %q: not a PCI address", pci)
 	}
-	path := filepath.Join(s.lockDir(), pci+".lock")
+	f, err := s.flock(pci + ".lock")
+	if err != nil {
+		return nil, err
+	}
+	return &VFLock{f: f, s: s, pci: pci}, nil
+}
+
+// GUIDLock is a held lock on one node GUID. In RDMA netns exclusive mode
+// ADD holds it from its look into the GUID directory (OwnersOf) until its
+// own entry there and its record are written, so two ADDs of VFs that
+// carry one GUID cannot both find no other owner and both pass. It is
+// taken only while the VF's lock is held, never the other way round, and
+// a VF's several GUIDs in sorted order, so no two ADDs wait on each other.
+type GUIDLock struct{ f *os.File }
+
+// LockGUID takes the exclusive lock of a node GUID (sysfs form), an flock
+// on locks/guid-<guid>.lock that dies with its process.
+func (s *Store) LockGUID(guid string) (*GUIDLock, error) {
+	if !validGUIDName(guid) {
+		return nil, fmt.Errorf("lock GUID %q: not a GUID", guid)
+	}
+	f, err := s.flock("guid-" + guid + ".lock")
+	if err != nil {
+		return nil, err
+	}
+	return &GUIDLock{f: f}, nil
+}
+
+// Unlock releases the lock.
+func (l *GUIDLock) Unlock() { l.f.Close() }
+
+// flock opens locks/<name> (a regular file, not followed if a link) and
+// takes an exclusive flock on it, waiting for it.
+func (s *Store) flock(name string) (*os.File, error) {
+	path := filepath.Join(s.lockDir(), name)
 	f, err := safefile.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(s.lockDir(), 0o700); err != nil {
@@ -361,7 +395,7 @@ func (s *Store) LockVF(pci string) (*VFLock, error) {
 		f.Close()
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
-	return &VFLock{f: f, s: s, pci: pci}, nil
+	return f, nil
 }
 
 // OpenLog opens a log file for appending, creating it with mode 0600. A

@@ -828,3 +828,62 @@ func BenchmarkOwnersOf(b *testing.B) {
 		}
 	}
 }
+
+// TestLockGUIDExcludes: a GUID lock held makes a second locker of that
+// GUID wait until it is released; another GUID is not blocked, and a name
+// that is not a GUID makes no lock file.
+func TestLockGUIDExcludes(t *testing.T) {
+	dir := t.TempDir()
+	first, second := NewStore(dir), NewStore(dir)
+	const guid = "a088:c203:0018:1003"
+	held, err := first.LockGUID(guid)
+	if err != nil {
+		t.Fatalf("LockGUID: %v", err)
+	}
+	if !heldByOther(t, filepath.Join(first.lockDir(), "guid-"+guid+".lock")) {
+		t.Fatal("lock file is not locked while LockGUID's lock is held")
+	}
+	acquired := make(chan *GUIDLock, 1)
+	go func() {
+		l, err := second.LockGUID(guid)
+		if err != nil {
+			t.Errorf("second LockGUID: %v", err)
+		}
+		acquired <- l
+	}()
+	select {
+	case l := <-acquired:
+		if l != nil {
+			l.Unlock()
+		}
+		t.Fatal("second LockGUID returned while the first lock was held")
+	case <-time.After(200 * time.Millisecond):
+	}
+	other, err := second.LockGUID("a088:c203:0018:1004")
+	if err != nil {
+		t.Fatalf("LockGUID of another GUID: %v", err)
+	}
+	other.Unlock()
+	held.Unlock()
+	select {
+	case l := <-acquired:
+		if l != nil {
+			l.Unlock()
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("second LockGUID still waiting 10s after the first lock was released")
+	}
+	for _, bad := range []string{"", "../../x", "a088:c203:0018", "A088:C203:0018:1003", "a088:c203:0018:1003/x"} {
+		if l, err := first.LockGUID(bad); err == nil {
+			l.Unlock()
+			t.Errorf("LockGUID(%q) succeeded", bad)
+		}
+	}
+	entries, err := os.ReadDir(first.lockDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 2 {
+		t.Errorf("lock dir holds %d files, want the two GUIDs' locks", len(entries))
+	}
+}
