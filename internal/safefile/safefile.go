@@ -74,6 +74,22 @@ func OpenFile(path string, flag int, perm fs.FileMode) (*os.File, error) {
 // Open opens path for reading as OpenFile does.
 func Open(path string) (*os.File, error) { return OpenFile(path, os.O_RDONLY, 0) }
 
+// OpenFollow opens for reading a file an operator names, which may be a
+// symbolic link (followed): non-blocking, and refused unless what it leads
+// to is a regular file. It returns the file's size as fstat reports it.
+func OpenFollow(path string) (*os.File, int64, error) {
+	fd, err := open(path, unix.O_RDONLY, 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	n, err := regular(fd, path)
+	if err != nil {
+		unix.Close(fd)
+		return nil, 0, err
+	}
+	return os.NewFile(uintptr(fd), path), n, nil
+}
+
 // open opens path non-blocking (a FIFO's open returns at once instead of
 // waiting for a writer), close-on-exec, retrying on EINTR.
 func open(path string, flag int, perm uint32) (int, error) {

@@ -4,15 +4,22 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile"
 )
 
 // maxKmsgRecords bounds a /dev/kmsg read: the ring buffer holds far fewer,
 // and a log flooded while we read must not keep us reading forever.
 const maxKmsgRecords = 1 << 20
+
+// maxKernelLogText caps what is read of a kernel log given as a text file
+// (dmesg's output, /var/log/kern.log): its last 16 MiB.
+const maxKernelLogText = 16 << 20
 
 // readKernelLog returns the kernel log's lines: from /dev/kmsg (or any
 // character device speaking its record protocol) read without blocking, or
@@ -25,13 +32,26 @@ func readKernelLog(path string) ([]string, error) {
 	if st.Mode()&os.ModeCharDevice != 0 {
 		return readKmsg(path)
 	}
-	f, err := os.Open(path)
+	f, size, err := safefile.OpenFollow(path)
 	if err != nil {
 		return nil, fmt.Errorf("open kernel log: %w", err)
 	}
 	defer f.Close()
+	var r io.Reader = io.LimitReader(f, maxKernelLogText)
+	if size > maxKernelLogText {
+		// Its end holds the newest messages: read that, from the first
+		// whole line.
+		if _, err := f.Seek(size-maxKernelLogText, io.SeekStart); err != nil {
+			return nil, fmt.Errorf("read kernel log %s: %w", path, err)
+		}
+		br := bufio.NewReader(io.LimitReader(f, maxKernelLogText))
+		if _, err := br.ReadString('\n'); err != nil {
+			return nil, fmt.Errorf("read kernel log %s: no line in its last %d bytes: %w", path, maxKernelLogText, err)
+		}
+		r = br
+	}
 	var lines []string
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
 		lines = append(lines, sc.Text())

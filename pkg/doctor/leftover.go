@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/hostconfig"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
@@ -379,15 +381,24 @@ func readLinkFiles(dir string) (map[string]hostName, error) {
 	return out, nil
 }
 
+// maxLinkFileSize caps the read of a .link file (hostconfig's are a few
+// hundred bytes).
+const maxLinkFileSize = 64 << 10
+
+// readLinkFile reads one .link file: a regular file (a link to one is
+// followed), at most maxLinkFileSize bytes. A link to /dev/null is a
+// masked file, as systemd reads it: no names, no error.
 func readLinkFile(path string) (pci string, n hostName, err error) {
-	f, err := os.Open(path)
+	if target, err := os.Readlink(path); err == nil && target == os.DevNull {
+		return "", hostName{}, nil
+	}
+	data, err := safefile.ReadFileFollow(path, maxLinkFileSize)
 	if err != nil {
 		return "", hostName{}, err
 	}
-	defer f.Close()
 	n.from = FromLinkFile + " " + filepath.Base(path)
 	section := ""
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		if strings.HasPrefix(line, "[") {
