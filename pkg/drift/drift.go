@@ -247,13 +247,3 @@ func Compare(exp Expect, obs *Observation) []Finding {
 	}
 	return out
 }
-
-// Detect observes a recorded attachment and compares it with its record.
-func Detect(r *state.Record, sys sysfs.Reader) ([]Finding, error) {
-	exp := FromRecord(r)
-	obs, err := Observe(exp, sys)
-	if err != nil {
-		return nil, err
-	}
-	return Compare(exp, obs), nil
-}
