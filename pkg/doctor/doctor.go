@@ -9,75 +9,61 @@ package doctor
 import (
 	"fmt"
 	"regexp"
-	"sort"
 
 	"github.com/vishvananda/netlink"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/hostconfig"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 )
 
-// Severity grades a finding. Errors break attachments (the doctor exits
-// non-zero); warnings are risks or degraded setups; info says what could
-// not be checked. It is hostconfig's, whose findings the doctor merges.
-type Severity = hostconfig.Severity
+// Severity and Finding are the agent's one finding model (package
+// finding), which hostconfig's merged findings share. Errors break
+// attachments (the doctor exits non-zero); warnings are risks or degraded
+// setups; info says what could not be checked. A finding's subject is a
+// PCI address, a kernel module, or "node".
+type (
+	Severity = finding.Severity
+	Finding  = finding.Finding
+)
 
 // Severities, most severe first.
 const (
-	SeverityError   = hostconfig.SeverityError
-	SeverityWarning = hostconfig.SeverityWarning
-	SeverityInfo    = hostconfig.SeverityInfo
+	SeverityError   = finding.Error
+	SeverityWarning = finding.Warning
+	SeverityInfo    = finding.Info
 )
 
 // Severities lists every severity, most severe first.
-var Severities = []Severity{SeverityError, SeverityWarning, SeverityInfo}
-
-func rank(s Severity) int {
-	switch s {
-	case SeverityError:
-		return 0
-	case SeverityWarning:
-		return 1
-	}
-	return 2
-}
+var Severities = finding.Severities
 
 // Check names, one per lesson learned; they are stable: the agent exports
-// them as metric labels.
+// them as metric labels. Those hostconfig --check reports too are package
+// finding's.
 const (
 	CheckDevices              = "devices"                // what was found, or that nothing was
 	CheckSysfs                = "sysfs"                  // a sysfs entry that could not be read or parsed
 	CheckDriverLoaded         = "driver-loaded"          // mlx5_core (and mlx5_ib) loaded
-	CheckDriverBound          = "driver-bound"           // every Mellanox PF bound to mlx5_core
+	CheckDriverBound          = finding.CheckDriverBound // every Mellanox PF bound to mlx5_core
 	CheckDriverKernelMismatch = "driver-kernel-mismatch" // "Unknown symbol", "version magic" in the kernel log
 	CheckDriverProbe          = "driver-probe"           // probe failures in the kernel log
 	CheckKernelLog            = "kernel-log"             // the kernel log could not be read
 	CheckRDMADevice           = "rdma-device"            // a bound PF without an RDMA device
 	CheckFirmwareVersion      = "firmware-version"       // fw_ver against the minimum per device ID
-	CheckLinkLayer            = "link-layer"             // InfiniBand expected, Ethernet found (or the reverse)
+	CheckLinkLayer            = finding.CheckLinkLayer   // InfiniBand expected, Ethernet found (or the reverse)
 	CheckPortState            = "port-state"             // port not ACTIVE / LinkUp
-	CheckGUIDInvalid          = "guid-invalid"           // node or port GUID zero or all-F
-	CheckGUIDDuplicate        = "guid-duplicate"         // node or port GUID shared by two functions
-	CheckSRIOVNumVFs          = "sriov-numvfs"           // VFs created vs sriov_totalvfs and the expected count
-	CheckVFName               = "vf-name"                // host VF netdev names vs the naming policy
-	CheckVFAltName            = "vf-altname"             // the stable altname on host VF netdevs
+	CheckGUIDInvalid          = finding.CheckGUIDInvalid
+	CheckGUIDDuplicate        = finding.CheckGUIDDuplicate
+	CheckSRIOVNumVFs          = finding.CheckSRIOVNumVFs
+	CheckVFName               = finding.CheckVFName
+	CheckVFAltName            = finding.CheckVFAltName
 	// CheckVFLeftover (leftover.go, with Options.StateDir): a free VF with
 	// a name or altnames a pod or the kernel left on it.
 	// With Options.Spec, hostconfig's checks join these under their own
 	// names (hostconfig.CheckPFPresent, CheckVFAddress, CheckGUIDMismatch, …).
 	CheckSpec = hostconfig.CheckSpec // the spec does not resolve on this node
 )
-
-// Finding is one result of a check about one subject: a PCI address, a
-// kernel module, or "node".
-type Finding struct {
-	Severity Severity `json:"severity"`
-	Check    string   `json:"check"`
-	Subject  string   `json:"subject"`
-	Message  string   `json:"message"`
-	Remedy   string   `json:"remedy,omitempty"`
-}
 
 // Options says where to look and what to expect. The zero value checks
 // /sys with no expectations beyond the built-in ones.
@@ -225,15 +211,4 @@ func validateOptions(opts Options) error {
 	return nil
 }
 
-func sortFindings(fs []Finding) {
-	sort.SliceStable(fs, func(i, j int) bool {
-		a, b := fs[i], fs[j]
-		if rank(a.Severity) != rank(b.Severity) {
-			return rank(a.Severity) < rank(b.Severity)
-		}
-		if a.Check != b.Check {
-			return a.Check < b.Check
-		}
-		return a.Subject < b.Subject
-	})
-}
+func sortFindings(fs []Finding) { finding.Sort(fs) }

@@ -9,66 +9,43 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 )
 
-// Severity grades a finding: errors break attachments, warnings are risks,
-// info says what could not be checked. The doctor reports findings with
-// this type too.
-type Severity string
+// Severity and Finding are the agent's one finding model (package
+// finding); hostconfig --check and the doctor report in it.
+type (
+	Severity = finding.Severity
+	Finding  = finding.Finding
+)
 
 // Severities.
 const (
-	SeverityError   Severity = "error"
-	SeverityWarning Severity = "warning"
-	SeverityInfo    Severity = "info"
+	SeverityError   = finding.Error
+	SeverityWarning = finding.Warning
+	SeverityInfo    = finding.Info
 )
 
 // Check names: stable, so the doctor and the agent can use them as labels.
-// Where they mean the same as the doctor's checks they carry the same name.
+// Those that mean the same as the doctor's checks are package finding's.
 const (
-	CheckSpec            = "hostconfig-spec"  // the spec does not resolve on this node
-	CheckPFPresent       = "pf-present"       // the PF exists and is SR-IOV capable
-	CheckDriverBound     = "driver-bound"     // a driver is bound to the PF
-	CheckLinkLayer       = "link-layer"       // port link layer vs the spec's linkType
-	CheckSRIOVNumVFs     = "sriov-numvfs"     // sriov_numvfs vs the spec's vfs
-	CheckVFAddress       = "vf-address"       // virtfnN points where the generated files expect
-	CheckVFName          = "vf-name"          // the host netdev name vs the spec's vfName
-	CheckVFAltName       = "vf-altname"       // the altname vs the spec's altName
+	CheckSpec            = "hostconfig-spec" // the spec does not resolve on this node
+	CheckPFPresent       = "pf-present"      // the PF exists and is SR-IOV capable
+	CheckDriverBound     = finding.CheckDriverBound
+	CheckLinkLayer       = finding.CheckLinkLayer
+	CheckSRIOVNumVFs     = finding.CheckSRIOVNumVFs
+	CheckVFAddress       = "vf-address" // virtfnN points where the generated files expect
+	CheckVFName          = finding.CheckVFName
+	CheckVFAltName       = finding.CheckVFAltName
 	CheckGUIDUnderivable = "guid-underivable" // the PF GUID cannot seed VF GUIDs
-	CheckGUIDInvalid     = "guid-invalid"     // a VF GUID is zero or all-F
-	CheckGUIDMismatch    = "guid-mismatch"    // a VF GUID differs from the derived one
-	CheckGUIDDuplicate   = "guid-duplicate"   // two RDMA devices share a node GUID
+	CheckGUIDInvalid     = finding.CheckGUIDInvalid
+	CheckGUIDMismatch    = "guid-mismatch" // a VF GUID differs from the derived one
+	CheckGUIDDuplicate   = finding.CheckGUIDDuplicate
 )
 
-// Finding is one difference between a node and its spec.
-type Finding struct {
-	Severity Severity `json:"severity"`
-	Check    string   `json:"check"`
-	Subject  string   `json:"subject"` // "PF 0000:18:00.0", "VF 0000:18:00.2"
-	Message  string   `json:"message"`
-	Remedy   string   `json:"remedy,omitempty"`
-}
-
-// String formats a finding as hostconfig --check prints it: severity,
-// subject, message, and the remedy on a second line.
-func (f Finding) String() string {
-	s := fmt.Sprintf("%-7s %s: %s", f.Severity, f.Subject, f.Message)
-	if f.Remedy != "" {
-		s += "\n        fix: " + f.Remedy
-	}
-	return s
-}
-
 // HasErrors reports whether any finding is an error.
-func HasErrors(fs []Finding) bool {
-	for _, f := range fs {
-		if f.Severity == SeverityError {
-			return true
-		}
-	}
-	return false
-}
+func HasErrors(fs []Finding) bool { return finding.HasErrors(fs) }
 
 // Checker compares a node with a spec.
 type Checker struct {
@@ -127,21 +104,11 @@ func (c Checker) Check(spec *Spec) ([]Finding, error) {
 		r.checkPF(pf)
 	}
 	r.checkDuplicates()
-	sort.SliceStable(r.out, func(i, j int) bool { return rank(r.out[i].Severity) < rank(r.out[j].Severity) })
+	finding.SortBySeverity(r.out)
 	return r.out, nil
 }
 
 func (c Checker) n() node { return node{root: c.SysfsRoot} }
-
-func rank(s Severity) int {
-	switch s {
-	case SeverityError:
-		return 0
-	case SeverityWarning:
-		return 1
-	}
-	return 2
-}
 
 type checkRun struct {
 	c      Checker

@@ -212,7 +212,7 @@ func TestCheckFindings(t *testing.T) {
 				t.Errorf("%d findings, want %d:\n%s", len(findings), len(tc.want), findingsText(findings))
 			}
 			for i := 1; i < len(findings); i++ {
-				if rank(findings[i-1].Severity) > rank(findings[i].Severity) {
+				if findings[i-1].Severity.Rank() > findings[i].Severity.Rank() {
 					t.Errorf("findings not sorted by severity:\n%s", findingsText(findings))
 				}
 			}

@@ -1,0 +1,98 @@
+// Package finding is the one model of what the agent's node checks report:
+// a finding names its check, its subject, how severe it is, what was found
+// and what to do about it. The doctor and hostconfig --check both report
+// findings of this type, under the check names declared here when they
+// mean the same thing, so the agent's metrics, the node condition and the
+// device taints read one model.
+package finding
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Severity grades a finding: errors break attachments, warnings are risks
+// or degraded setups, info says what could not be checked.
+type Severity string
+
+// Severities, most severe first.
+const (
+	Error   Severity = "error"
+	Warning Severity = "warning"
+	Info    Severity = "info"
+)
+
+// Severities lists every severity, most severe first.
+var Severities = []Severity{Error, Warning, Info}
+
+// Rank orders severities: 0 for the most severe.
+func (s Severity) Rank() int {
+	switch s {
+	case Error:
+		return 0
+	case Warning:
+		return 1
+	}
+	return 2
+}
+
+// Check names that the doctor and hostconfig --check both report under.
+// They are stable: the agent exports them as metric labels.
+const (
+	CheckDriverBound   = "driver-bound"   // a driver (the doctor: mlx5_core) bound to every PF
+	CheckLinkLayer     = "link-layer"     // a port's link layer vs the one expected
+	CheckSRIOVNumVFs   = "sriov-numvfs"   // VFs created vs sriov_totalvfs and the expected count
+	CheckVFName        = "vf-name"        // host VF netdev names vs the naming policy or spec
+	CheckVFAltName     = "vf-altname"     // the stable altname on host VF netdevs
+	CheckGUIDInvalid   = "guid-invalid"   // a node or port GUID zero or all-F
+	CheckGUIDDuplicate = "guid-duplicate" // a node or port GUID shared by two functions
+)
+
+// Finding is one result of a check about one subject.
+type Finding struct {
+	Severity Severity `json:"severity"`
+	Check    string   `json:"check"`
+	Subject  string   `json:"subject"`
+	Message  string   `json:"message"`
+	Remedy   string   `json:"remedy,omitempty"`
+}
+
+// String formats a finding for people: severity, subject, message, and
+// the remedy on a second line.
+func (f Finding) String() string {
+	s := fmt.Sprintf("%-7s %s: %s", f.Severity, f.Subject, f.Message)
+	if f.Remedy != "" {
+		s += "\n        fix: " + f.Remedy
+	}
+	return s
+}
+
+// HasErrors reports whether any finding is an error.
+func HasErrors(fs []Finding) bool {
+	for _, f := range fs {
+		if f.Severity == Error {
+			return true
+		}
+	}
+	return false
+}
+
+// SortBySeverity orders findings most severe first, keeping the order of
+// findings of one severity.
+func SortBySeverity(fs []Finding) {
+	sort.SliceStable(fs, func(i, j int) bool { return fs[i].Severity.Rank() < fs[j].Severity.Rank() })
+}
+
+// Sort orders findings most severe first, then by check and subject.
+func Sort(fs []Finding) {
+	sort.SliceStable(fs, func(i, j int) bool {
+		a, b := fs[i], fs[j]
+		if a.Severity.Rank() != b.Severity.Rank() {
+			return a.Severity.Rank() < b.Severity.Rank()
+		}
+		if a.Check != b.Check {
+			return a.Check < b.Check
+		}
+		return a.Subject < b.Subject
+	})
+}
