@@ -15,8 +15,6 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	corev1 "k8s.io/api/core/v1"
@@ -83,37 +81,7 @@ func TestS5Churn(t *testing.T) {
 	for _, m := range ours {
 		t.Errorf("sriov-stable-cni failed a sandbox ADD during churn: %s", m)
 	}
-	c.checkLeakClassifier(t)
 	c.checkNodeClean(t, "after churn", true)
-}
-
-// checkLeakClassifier shows runtimeLeak telling the runtime's leak from
-// a leftover: an empty netns no process or container holds is a leak; the
-// same netns with a link in it is not.
-func (c *cluster) checkLeakClassifier(t *testing.T) {
-	t.Helper()
-	n, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		n.Close()
-		if err := testutils.UnmountNS(n); err != nil {
-			t.Errorf("unmount netns: %v", err)
-		}
-	}()
-	if why, err := c.runtimeLeak(n.Path()); why == "" || err != nil {
-		t.Errorf("runtimeLeak(an empty netns nothing holds) = %q, %v; want it called a leak", why, err)
-	}
-	err = n.Do(func(ns.NetNS) error {
-		return netlink.LinkAdd(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: "leftover0"}})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if why, err := c.runtimeLeak(n.Path()); why != "" || err == nil {
-		t.Errorf("runtimeLeak(a netns with a link in it) = %q, %v; want an error naming its links", why, err)
-	}
 }
 
 // checkNodeClean asserts that no test pod, no pod netns but the
