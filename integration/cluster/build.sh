@@ -63,7 +63,7 @@ EOF
 # MODULE_DIR with `go build FLAGS` into the cache (once per key) and links
 # the results into OUT.
 cached() {
-	local name=$1 dir=$ROOT/$2 flags=() pkgs=() key dst t0 f
+	local name=$1 dir=$ROOT/$2 flags=() pkgs=() key dst t0 f lock
 	shift 2
 	while [ "$1" != -- ]; do flags+=("$1"); shift; done
 	shift
@@ -71,6 +71,11 @@ cached() {
 	key=$( { cat "$dir/go.mod" "$dir/go.sum"; go version; printf '%s\n' "${flags[@]}" "${pkgs[@]}" "${CGO_ENABLED:-}"; } |
 		sha256sum | cut -c1-16)
 	dst=$CACHE/$name-$key
+	# One builder per component at a time: make test builds the components
+	# in the background while other suites run, and make cluster-e2e may
+	# start before that build is done; the second waits, then finds it.
+	exec {lock}>"$CACHE/$name.lock"
+	flock "$lock"
 	if [ ! -e "$dst/.complete" ]; then
 		say "building $name (cached afterwards in $dst)"
 		t0=$SECONDS
@@ -81,9 +86,10 @@ cached() {
 		say "built $name in $((SECONDS - t0))s"
 		# Older builds of the component (other versions or keys) go.
 		for f in "$CACHE/${name%-*}"-*; do
-			[ "$f" = "$dst" ] || rm -rf "$f"
+			case $f in "$dst" | *.lock) ;; *) rm -rf "$f" ;; esac
 		done
 	fi
+	exec {lock}>&-
 	for f in "$dst"/*; do ln -sf "$f" "$OUT/"; done
 }
 
