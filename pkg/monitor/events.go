@@ -35,17 +35,14 @@ const (
 
 var sources = []string{sourceLink, sourceSysfs, sourceNetns, sourceRecord}
 
-// startEvents brings up the event-driven checks: workers draining the
-// queue, the poller, and the state directory watch. Attachments already
-// known are subscribed to by the first sweep's reconcile, which comes
-// after, as do those of records appearing later.
+// startEvents brings up the event-driven checks: the poller and the state
+// directory watch. Attachments already known are subscribed to by the
+// first sweep's reconcile, which comes after, as do those of records
+// appearing later.
 func (m *Monitor) startEvents(ctx context.Context, wg *sync.WaitGroup) {
 	m.mu.Lock()
 	m.eventsOn = true
 	m.mu.Unlock()
-	for range m.cfg.Concurrency {
-		wg.Go(func() { m.work(ctx) })
-	}
 	wg.Go(func() { m.poll(ctx) })
 	dirs, err := newDirWatch(filepath.Join(m.cfg.StateDir, "attachments"), m.cfg.StateDir)
 	if err != nil {
@@ -70,10 +67,6 @@ func (m *Monitor) stopEvents() {
 		a.pathID = vfnet.NetnsID{}
 		a.ports.close()
 		a.ports = nil
-		if a.retry != nil {
-			a.retry.Stop()
-			a.retry, a.retryAt = nil, time.Time{}
-		}
 	}
 	m.mu.Unlock()
 	for _, s := range subs {
@@ -96,28 +89,6 @@ func (m *Monitor) stopEvents() {
 	}
 	if m.dirs != nil {
 		m.dirs.close()
-	}
-}
-
-// work checks the attachments the queue hands it, one at a time, until ctx
-// ends. Concurrency workers run, so a burst of changes is checked that
-// many at a time, in the order the changes came.
-func (m *Monitor) work(ctx context.Context) {
-	for {
-		key, ok := m.queue.pop(ctx)
-		if !ok {
-			return
-		}
-		m.mu.Lock()
-		var rec *state.Record
-		if a := m.atts[key]; a != nil {
-			rec = a.rec
-		}
-		m.mu.Unlock()
-		if rec == nil {
-			continue // the record went meanwhile
-		}
-		m.check(ctx, rec, true)
 	}
 }
 
@@ -193,7 +164,7 @@ func (m *Monitor) subscribe(a *attachment) {
 			// An answer that the VF's index is gone, or lost notifications.
 			m.log.Debug("link watch", append(attachmentAttrs(rec), "err", err)...)
 			if errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ENOBUFS) {
-				m.queue.push(key, sourceLink)
+				m.queueCheck(key, sourceLink)
 			}
 		},
 		func(err error) { m.subscriptionEnded(a, s, err) })
@@ -242,7 +213,7 @@ func (m *Monitor) subscriptionEnded(a *attachment, s *subscription, err error) {
 	if err != nil && current {
 		m.log.Info("link watch failed and will be reopened; checking the attachment, as changes may have been missed",
 			append(attachmentAttrs(a.rec), "err", err)...)
-		m.queue.push(a.rec.Key(), sourceLink)
+		m.queueCheck(a.rec.Key(), sourceLink)
 	}
 }
 
@@ -267,7 +238,7 @@ func (m *Monitor) linkUpdate(a *attachment, u netlink.LinkUpdate) {
 	}
 	m.mu.Unlock()
 	if queue {
-		m.queue.push(rec.Key(), sourceLink)
+		m.queueCheck(rec.Key(), sourceLink)
 	}
 }
 
@@ -333,7 +304,7 @@ func (m *Monitor) pollNetns() []*attachment {
 		if err == nil {
 			m.subscribeBounded(a) // another netns at the path, or a lost subscription
 		}
-		m.queue.push(a.rec.Key(), sourceNetns)
+		m.queueCheck(a.rec.Key(), sourceNetns)
 	}
 	return atts
 }
@@ -347,7 +318,7 @@ func (m *Monitor) pollPorts(atts []*attachment) {
 		p, key := a.ports, a.rec.Key()
 		m.mu.Unlock()
 		if p != nil && p.changed() {
-			m.queue.push(key, sourceSysfs)
+			m.queueCheck(key, sourceSysfs)
 		}
 	}
 }
@@ -587,7 +558,7 @@ func (m *Monitor) pollFrom(rec *state.Record, l *rdma.Lookup) {
 		last, _ = readFiles(files, make([]byte, 64))
 	}
 	p.adopt(set, files, last)
-	m.queue.push(rec.Key(), sourceSysfs)
+	m.queueCheck(rec.Key(), sourceSysfs)
 }
 
 // settle is how long a queued check waits for the rest of the change it
@@ -595,86 +566,6 @@ func (m *Monitor) pollFrom(rec *state.Record, l *rdma.Lookup) {
 // check between them would report the link down. It is the least latency
 // of an event's check.
 const settle = 30 * time.Millisecond
-
-// queue holds the attachments to check, each at most once, in the order
-// their changes came: a burst is worked off in order and no attachment
-// waits behind another's repeated changes. Each waits settle first.
-type queue struct {
-	mu     sync.Mutex
-	items  []queued
-	queued map[state.Key]bool
-	wake   chan struct{}
-	counts func(source string) // counts what queued checks; may be nil
-}
-
-type queued struct {
-	key state.Key
-	due time.Time
-}
-
-func newQueue() *queue {
-	return &queue{queued: map[state.Key]bool{}, wake: make(chan struct{}, 1)}
-}
-
-// push queues key unless it is already queued; source ("" for a check
-// asked for again) is counted.
-func (q *queue) push(key state.Key, source string) {
-	q.mu.Lock()
-	if !q.queued[key] {
-		q.queued[key] = true
-		q.items = append(q.items, queued{key, time.Now().Add(settle)})
-	}
-	count := q.counts
-	q.mu.Unlock()
-	if source != "" && count != nil {
-		count(source)
-	}
-	q.signal()
-}
-
-func (q *queue) signal() {
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
-}
-
-// pop returns the oldest queued key once it is due, waiting until ctx ends.
-func (q *queue) pop(ctx context.Context) (state.Key, bool) {
-	for {
-		q.mu.Lock()
-		var wait time.Duration = -1
-		if len(q.items) > 0 {
-			head := q.items[0]
-			if wait = time.Until(head.due); wait <= 0 {
-				q.items = q.items[1:]
-				delete(q.queued, head.key)
-				more := len(q.items) > 0
-				q.mu.Unlock()
-				if more {
-					q.signal() // hand the rest to another worker
-				}
-				return head.key, true
-			}
-		}
-		q.mu.Unlock()
-		var due <-chan time.Time
-		var t *time.Timer
-		if wait > 0 {
-			t = time.NewTimer(wait)
-			due = t.C
-		}
-		select {
-		case <-q.wake:
-		case <-due:
-		case <-ctx.Done():
-			return state.Key{}, false
-		}
-		if t != nil {
-			t.Stop()
-		}
-	}
-}
 
 // dirWatch is an inotify watch on the records directory, or, until that
 // exists, on the state directory for its creation. inotify costs nothing

@@ -577,7 +577,7 @@ func TestPortBackAfterACheckSawItDown(t *testing.T) {
 	}
 	state := filepath.Join(n.sys.DevicePath(vfAddr(ib.index)), "infiniband", ib.rec.RDMA[0], "ports", "1", "state")
 	n.sys.WriteFile(state, "1: DOWN")
-	m.check(context.Background(), ib.rec, false) // a sweep's check
+	m.Sweep(context.Background())
 	if got := status("drifted"); got != 1 {
 		t.Fatalf("%v attachments drifted after the check of a DOWN port, want 1", got)
 	}

@@ -21,8 +21,10 @@ func (m *Monitor) cleanHostBounded(recs []*state.Record) {
 	}
 	done := make(chan struct{})
 	go func() {
-		defer m.hostBusy.end()
+		// Deferred last, so it is done when the caller sees done: the
+		// next run must not find this one still busy.
 		defer close(done)
+		defer m.hostBusy.end()
 		m.cleanHost(recs)
 	}()
 	select {

@@ -21,6 +21,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/client-go/util/workqueue"
+
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
@@ -192,11 +194,8 @@ type attachment struct {
 	// subscribing is when the goroutine opening the link watch (and
 	// reading the port state's baseline) began; zero when none runs.
 	subscribing time.Time
-	// Per repair kind: when it may run again, and the refusal last logged;
-	// with events, the timer that checks again when a backoff ends.
+	// Per repair kind: when it may run again, and the refusal last logged.
 	repairs map[string]*repairState
-	retry   *time.Timer
-	retryAt time.Time
 	// errBackoff is the wait before checking again after a failed check:
 	// the poll interval after the first, doubling to the sweep interval.
 	errBackoff time.Duration
@@ -213,7 +212,20 @@ type Monitor struct {
 	// --host-netns names, the host's, where no pod repair is ever made.
 	ownNetns vfnet.NetnsID
 
-	queue *queue // attachments to check now (events.go)
+	// queue is the one schedule of attachment checks (client-go's delaying
+	// workqueue): a sweep adds every key, an event adds its key after
+	// settle, a repair backoff or a failed check after its wait. A key is
+	// handed to one worker at a time and is Done only when its check's
+	// goroutine returns, so a check stuck in the kernel holds its key, and
+	// a key added meanwhile is checked once more after it.
+	queue workqueue.TypedDelayingInterface[state.Key]
+	// sweepMu serializes sweeps; sweeping is the one under way, whose
+	// checks finish marks done.
+	sweepMu  sync.Mutex
+	sweeping *sweepWait
+	// drainMu: while no workers run (Sweep called outside Run), a sweep's
+	// own goroutines take its keys, one Len-then-Get at a time.
+	drainMu sync.Mutex
 
 	// recMu serializes reconciles: the sweep's and the state dir watch's.
 	recMu sync.Mutex
@@ -227,8 +239,8 @@ type Monitor struct {
 	mu          sync.Mutex
 	atts        map[state.Key]*attachment
 	files       map[string]state.Key    // record file name → key, of the attachments in atts
-	inflight    map[state.Key]time.Time // checks still running, possibly past their timeout
-	pending     map[state.Key]bool      // checks asked for while one was running
+	inflight    map[state.Key]time.Time // when each running check began; it may be past its timeout
+	workers     bool                    // Run's workers take the queue's keys
 	eventsOn    bool                    // Run's event machinery is up: reconcile opens subscriptions
 	subs        int                     // open link subscriptions
 	history     map[string][]string     // VF → names its attachments carried in their pods, for host cleanup
@@ -252,18 +264,19 @@ func New(cfg Config) (*Monitor, error) {
 		return nil, fmt.Errorf("monitor configuration: %w", err)
 	}
 	m := &Monitor{
-		cfg:         cfg,
-		store:       state.NewStore(cfg.StateDir),
-		sys:         sysfs.Reader{Root: cfg.SysfsRoot},
-		log:         cfg.Logger,
-		atts:        map[state.Key]*attachment{},
-		files:       map[string]state.Key{},
-		inflight:    map[state.Key]time.Time{},
-		pending:     map[state.Key]bool{},
-		history:     map[string][]string{},
-		hostPrev:    map[string]string{},
-		hostNotes:   map[string]bool{},
-		queue:       newQueue(),
+		cfg:       cfg,
+		store:     state.NewStore(cfg.StateDir),
+		sys:       sysfs.Reader{Root: cfg.SysfsRoot},
+		log:       cfg.Logger,
+		atts:      map[state.Key]*attachment{},
+		files:     map[string]state.Key{},
+		inflight:  map[state.Key]time.Time{},
+		history:   map[string][]string{},
+		hostPrev:  map[string]string{},
+		hostNotes: map[string]bool{},
+		queue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[state.Key]{
+			Name: "sriov-stable-monitor",
+		}),
 		started:     time.Now(),
 		doctorKnown: map[string]doctor.Finding{},
 	}
@@ -273,7 +286,6 @@ func New(cfg Config) (*Monitor, error) {
 	}
 	m.ownNetns = own
 	m.met = newMetrics(m)
-	m.queue.counts = func(source string) { m.met.events.WithLabelValues(source).Inc() }
 	return m, nil
 }
 
@@ -299,12 +311,42 @@ func (m *Monitor) Run(ctx context.Context) {
 	if m.cfg.Doctor != nil {
 		wg.Go(func() { m.every(ctx, m.cfg.DoctorInterval, m.runDoctorBounded) })
 	}
+	m.startWorkers(ctx, &wg)
 	if !m.cfg.SweepOnly {
 		m.startEvents(ctx, &wg)
 	}
 	m.every(ctx, m.cfg.Interval, m.Sweep)
 	wg.Wait()
 	m.stopEvents()
+}
+
+// startWorkers starts Concurrency workers taking keys from the queue until
+// ctx ends, which shuts the queue down.
+func (m *Monitor) startWorkers(ctx context.Context, wg *sync.WaitGroup) {
+	m.mu.Lock()
+	m.workers = true
+	m.mu.Unlock()
+	for range m.cfg.Concurrency {
+		wg.Go(func() {
+			for {
+				key, quit := m.queue.Get()
+				if quit {
+					return
+				}
+				m.process(ctx, key)
+			}
+		})
+	}
+	go func() {
+		<-ctx.Done()
+		m.queue.ShutDown()
+	}()
+}
+
+// queueCheck asks for a check of key after settle, counting what asked.
+func (m *Monitor) queueCheck(key state.Key, source string) {
+	m.met.events.WithLabelValues(source).Inc()
+	m.queue.AddAfter(key, settle)
 }
 
 // every runs fn now and then each period until ctx ends; a run longer than
@@ -353,16 +395,7 @@ func (m *Monitor) Sweep(ctx context.Context) {
 		}
 	}
 	m.mu.Unlock()
-	sem := make(chan struct{}, m.cfg.Concurrency)
-	var wg sync.WaitGroup
-	for _, rec := range recs {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			m.check(ctx, rec, false)
-		})
-	}
-	wg.Wait()
+	m.checkAll(ctx, recs)
 	if m.cfg.Repairs.Host && !listFailed {
 		m.cleanHostBounded(recs)
 	}
@@ -396,29 +429,126 @@ func (m *Monitor) Sweep(ctx context.Context) {
 	m.log.Debug("sweep done", "attachments", len(recs), "took", took)
 }
 
-// check runs the drift checks of one record in its own goroutine, which
-// applies the result, and waits at most the check timeout. A check can
-// block in the kernel, where it cannot be cancelled: a netlink request
-// waiting for the RTNL lock a slow driver holds, a sysfs read of a wedged
-// device. One that outlives its timeout keeps its goroutine (the
-// attachment is unknown meanwhile, and its result is applied when it
-// comes); until it returns, no other check of the same record starts, so
-// results are applied in the order their checks began. Asked for while
-// one runs, an event's check (queued) runs again once the running one
-// ends; a sweep's leaves it to the running one while that is within its
-// timeout, else reports it as stuck.
-func (m *Monitor) check(ctx context.Context, rec *state.Record, queued bool) {
-	key := rec.Key()
+// sweepWait is what a sweep waits for: a check of each of its keys that
+// began after the sweep did, or one that timed out.
+type sweepWait struct {
+	since time.Time
+	left  map[state.Key]bool
+	done  chan struct{}
+}
+
+// checked notes that key's check for the sweep is over; call with mu held.
+func (w *sweepWait) checked(key state.Key) {
+	if w == nil || !w.left[key] {
+		return
+	}
+	delete(w.left, key)
+	if len(w.left) == 0 {
+		close(w.done)
+	}
+}
+
+// checkAll adds every record's key to the queue and waits until each has
+// been checked since the sweep began, or timed out, or ctx ends. A key
+// whose check has run past the check timeout is reported stuck at once:
+// the sweep does not wait for it (its key stays with the stuck check, and
+// is checked again once that returns). Run's workers take the keys; a
+// sweep outside Run (no workers) takes them itself.
+func (m *Monitor) checkAll(ctx context.Context, recs []*state.Record) {
+	m.sweepMu.Lock()
+	defer m.sweepMu.Unlock()
+	if m.queue.ShuttingDown() { // Run has ended: no one would take the keys
+		return
+	}
+	now := time.Now()
+	w := &sweepWait{since: now, left: map[state.Key]bool{}, done: make(chan struct{})}
+	var stuck []*state.Record
 	m.mu.Lock()
-	if since, busy := m.inflight[key]; busy {
-		if queued {
-			m.pending[key] = true
+	workers := m.workers
+	for _, rec := range recs {
+		if since, busy := m.inflight[rec.Key()]; busy && now.Sub(since) >= m.cfg.CheckTimeout {
+			stuck = append(stuck, rec)
+			continue
 		}
+		w.left[rec.Key()] = true
+	}
+	if len(w.left) == 0 {
+		close(w.done)
+	}
+	m.sweeping = w
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.sweeping = nil
 		m.mu.Unlock()
-		if !queued && time.Since(since) >= m.cfg.CheckTimeout {
-			m.finish(rec, outcome{started: time.Now(), timedOut: true,
-				err: fmt.Errorf("an earlier check, started %s, is still running (netns %s)", since.Format(time.RFC3339), rec.Netns)}, false)
-		}
+	}()
+	for _, rec := range stuck {
+		since := m.inflightSince(rec.Key())
+		m.finish(rec, outcome{started: now, timedOut: true,
+			err: fmt.Errorf("an earlier check, started %s, is still running (netns %s)", since.Format(time.RFC3339), rec.Netns)}, false)
+	}
+	for _, rec := range recs {
+		m.queue.Add(rec.Key())
+	}
+	if !workers {
+		m.drain(ctx)
+	}
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+	}
+}
+
+func (m *Monitor) inflightSince(key state.Key) time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.inflight[key]
+}
+
+// drain checks what the queue holds with Concurrency goroutines, for a
+// sweep while no workers run (only sweeps add keys then).
+func (m *Monitor) drain(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range m.cfg.Concurrency {
+		wg.Go(func() {
+			for {
+				m.drainMu.Lock()
+				if m.queue.Len() == 0 || m.queue.ShuttingDown() {
+					m.drainMu.Unlock()
+					return
+				}
+				key, quit := m.queue.Get()
+				m.drainMu.Unlock()
+				if quit {
+					return
+				}
+				m.process(ctx, key)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// process runs the drift checks of the attachment key names, taken from
+// the queue, in a goroutine of its own, which applies the result and then
+// marks the key done; it waits for that at most the check timeout. A
+// check can block in the kernel, where it cannot be cancelled: a netlink
+// request waiting for the RTNL lock a slow driver holds, a sysfs read of a
+// wedged device. One that outlives its timeout is reported (the attachment
+// is unknown meanwhile) and keeps its goroutine and its key: the queue
+// hands the key to no one else until it returns, so results are applied
+// in the order their checks began, and a key added meanwhile is checked
+// again after it.
+func (m *Monitor) process(ctx context.Context, key state.Key) {
+	m.mu.Lock()
+	var rec *state.Record
+	if a := m.atts[key]; a != nil {
+		rec = a.rec
+	}
+	if rec == nil { // the record went meanwhile
+		m.sweeping.checked(key)
+		m.mu.Unlock()
+		m.queue.Done(key)
 		return
 	}
 	started := time.Now()
@@ -428,6 +558,7 @@ func (m *Monitor) check(ctx context.Context, rec *state.Record, queued bool) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		defer m.queue.Done(key)
 		o := m.inspect(rec)
 		o.started = started
 		m.finish(rec, o, true)
@@ -449,19 +580,18 @@ func (m *Monitor) check(ctx context.Context, rec *state.Record, queued bool) {
 }
 
 // finish applies one check's outcome and, for the check itself (last),
-// ends it in the same critical section, so no later check of the record
-// can start before this result is in; then it calls the notifiers,
-// removes an expired stale record, and queues the check asked for
-// meanwhile.
+// ends it in the same critical section; it tells the sweep under way of a
+// check that began after it, or of one that timed out. Then it calls the
+// notifiers and removes an expired stale record.
 func (m *Monitor) finish(rec *state.Record, o outcome, last bool) {
 	key := rec.Key()
 	m.mu.Lock()
 	expired, notes := m.applyLocked(rec, o, time.Now())
-	again := false
 	if last {
 		delete(m.inflight, key)
-		again = m.pending[key]
-		delete(m.pending, key)
+	}
+	if w := m.sweeping; w != nil && (o.timedOut || !o.started.Before(w.since)) {
+		w.checked(key)
 	}
 	m.mu.Unlock()
 	for _, note := range notes {
@@ -469,9 +599,6 @@ func (m *Monitor) finish(rec *state.Record, o outcome, last bool) {
 	}
 	if expired != nil {
 		m.removeStale(expired)
-	}
-	if again {
-		m.queue.push(key, "")
 	}
 }
 
@@ -661,7 +788,7 @@ func (m *Monitor) reconciled(added []*attachment, closing []*subscription, event
 	}
 	for _, a := range added {
 		m.subscribeBounded(a)
-		m.queue.push(a.rec.Key(), sourceRecord)
+		m.queueCheck(a.rec.Key(), sourceRecord)
 	}
 }
 
@@ -671,9 +798,6 @@ func (m *Monitor) forget(a *attachment) {
 	m.carried(a.rec.PCI, a.rec.IfName, a.rec.AltName)
 	a.sub = nil
 	a.ports.close()
-	if a.retry != nil {
-		a.retry.Stop()
-	}
 }
 
 // History bounds: names kept per VF (the newest), VFs kept in all.
@@ -706,17 +830,14 @@ func (m *Monitor) carried(pci string, names ...string) {
 }
 
 // retryLater queues a check of the attachment at t (not zero), when a
-// repair it needs may run again; with events only (else the sweep does).
-// Call with mu held.
+// repair it needs may run again or a failed read is tried again; with
+// events only (else the sweep does). The queue keeps the earliest time
+// asked for a key. Call with mu held.
 func (m *Monitor) retryLater(a *attachment, t time.Time) {
-	if t.IsZero() || !m.eventsOn || t.Equal(a.retryAt) {
+	if t.IsZero() || !m.eventsOn {
 		return
 	}
-	if a.retry != nil {
-		a.retry.Stop()
-	}
-	key := a.rec.Key()
-	a.retryAt, a.retry = t, time.AfterFunc(time.Until(t), func() { m.queue.push(key, "") })
+	m.queue.AddAfter(a.rec.Key(), time.Until(t))
 }
 
 // apply is reconcile and applyOutcomes: one sweep's records and results.

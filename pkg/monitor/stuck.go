@@ -112,8 +112,10 @@ func (m *Monitor) runDoctorBounded(ctx context.Context) {
 	}
 	done := make(chan struct{})
 	go func() {
-		defer m.doctorBusy.end()
+		// Deferred last, so it is done when the caller sees done: the
+		// next run must not find this one still busy.
 		defer close(done)
+		defer m.doctorBusy.end()
 		m.RunDoctor(ctx)
 	}()
 	select {
