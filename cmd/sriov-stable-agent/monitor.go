@@ -13,6 +13,7 @@ import (
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/cmdline"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/monitor"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/portwatch"
 )
 
 const monitorUsage = `usage: sriov-stable-agent monitor [flags]
@@ -57,6 +58,7 @@ func runMonitor(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	listen := fs.String("listen", ":9808", "address for /metrics, /healthz and /readyz")
 	logLevel := fs.String("log-level", "info", "error, warn, info or debug")
 	doctorInterval := fs.Duration("doctor-interval", monitor.DefaultDoctorInterval, "time between node doctor runs; 0 disables the doctor")
+	portInterval := fs.Duration("port-interval", portwatch.DefaultInterval, "with the doctor: how often every RDMA port the host sees (free VFs', PFs') is read, the doctor's port checks run again when one changed, and the result published at once (node condition, device taints, metrics); 0 leaves ports to the doctor's runs")
 	events := fs.Bool("events", true, "check an attachment as soon as its VF's link or port changes; false: the sweep alone finds drift")
 	pollInterval := fs.Duration("poll-interval", monitor.DefaultPollInterval, "how often the recorded VFs' RDMA port state and link layer are read and their netns paths looked at (with --events)")
 	repair := fs.String("repair", "", "drift to put right: a comma-separated list of altname, name, host (default none)")
@@ -89,6 +91,14 @@ func runMonitor(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	if *doctorInterval > 0 {
 		cfg.Doctor = &opts
+	}
+	switch {
+	case *portInterval < 0:
+		return c.Fail(cmdline.ExitUsage, "--port-interval %s is negative", *portInterval)
+	case *portInterval == 0:
+		cfg.PortInterval = -1 // off
+	default:
+		cfg.PortInterval = *portInterval
 	}
 	stopKube, err := kube.start(ctx, &cfg, log)
 	if err != nil {

@@ -71,7 +71,7 @@ func TestLabelsNotUTF8(t *testing.T) {
 	f.mon.apply([]*state.Record{a, b}, []outcome{{}, {}}, time.Now())
 	f.mon.mu.Lock()
 	f.mon.doctorAt = time.Now()
-	f.mon.doctorRep = &doctor.Report{Findings: []doctor.Finding{{Check: doctor.CheckSysfs, Severity: doctor.SeverityError, Subject: "0000:18:00.\xff"}}}
+	f.mon.nodeRep = &doctor.Report{Findings: []doctor.Finding{{Check: doctor.CheckSysfs, Severity: doctor.SeverityError, Subject: "0000:18:00.\xff"}}}
 	f.mon.mu.Unlock()
 
 	scrape := func() string {

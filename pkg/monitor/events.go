@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,7 +17,6 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/rdma"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
@@ -389,7 +387,7 @@ func (p *portPoll) changed() bool {
 	if p.files == nil && !p.fromCheck {
 		p.files = portFiles(p.sys, p.pci)
 	}
-	now, ok := readFiles(p.files, p.buf)
+	now, ok := sysfs.ReadPolled(p.files, p.buf)
 	if !ok {
 		p.closeFiles() // gone or probed again: open anew next time
 		if p.fromCheck {
@@ -402,20 +400,6 @@ func (p *portPoll) changed() bool {
 	diff := !bytes.Equal(now, p.last)
 	p.last = now
 	return diff && !first
-}
-
-// readFiles reads each file from offset 0 into one value, "unreadable"
-// (and false) when one fails.
-func readFiles(files []*os.File, buf []byte) ([]byte, bool) {
-	now := []byte{}
-	for _, f := range files {
-		n, err := f.ReadAt(buf, 0)
-		if err != nil && !errors.Is(err, io.EOF) || n == 0 {
-			return append(now, "unreadable"...), false
-		}
-		now = append(append(now, buf[:n]...), 0)
-	}
-	return now, true
 }
 
 // baseline reads the files and keeps their values as those the next read
@@ -499,27 +483,13 @@ func (p *portPoll) closeFiles() {
 	p.files = nil
 }
 
-// portFiles opens the files to poll of the VF's devices under sys:
-// infiniband/*/node_guid and infiniband/*/ports/*/{state,link_layer}. Each
-// is opened as package safefile opens a file: non-blocking, not through a
-// link, and only if it is a regular file; one that is not (a FIFO in a
-// fixture, where a read would never return) is left out of the poll, and
-// the attachment's checks, which read it through sysfs.ReadAttr, report it.
+// portFiles opens the files to poll of the VF's devices under sys
+// (sysfs.OpenPolled).
 func portFiles(sys sysfs.Reader, pci string) []*os.File {
 	files := []*os.File{} // opened: none is not nil
 	devs, _ := os.ReadDir(sys.PCIPath(pci, "infiniband"))
 	for _, d := range devs {
-		if f, err := safefile.Open(sys.PCIPath(pci, "infiniband", d.Name(), "node_guid")); err == nil {
-			files = append(files, f)
-		}
-		ports, _ := os.ReadDir(sys.PCIPath(pci, "infiniband", d.Name(), "ports"))
-		for _, port := range ports {
-			for _, attr := range []string{"state", "link_layer"} {
-				if f, err := safefile.Open(sys.PCIPath(pci, "infiniband", d.Name(), "ports", port.Name(), attr)); err == nil {
-					files = append(files, f)
-				}
-			}
-		}
+		files = append(files, sysfs.OpenPolled(sys.PCIPath(pci, "infiniband", d.Name()))...)
 	}
 	return files
 }
@@ -555,7 +525,7 @@ func (m *Monitor) pollFrom(rec *state.Record, l *rdma.Lookup) {
 	var last []byte
 	if set != "" {
 		files = portFiles(sysfs.Reader{Root: l.Root()}, l.VF.PCI)
-		last, _ = readFiles(files, make([]byte, 64))
+		last, _ = sysfs.ReadPolled(files, make([]byte, 64))
 	}
 	p.adopt(set, files, last)
 	m.queueCheck(rec.Key(), sourceSysfs)

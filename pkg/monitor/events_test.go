@@ -478,7 +478,7 @@ func TestPortPollAdopt(t *testing.T) {
 		}
 		files = append(files, f)
 	}
-	last, ok := readFiles(files, make([]byte, 64))
+	last, ok := sysfs.ReadPolled(files, make([]byte, 64))
 	if !ok {
 		t.Fatal("cannot read the files")
 	}

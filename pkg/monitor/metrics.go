@@ -161,11 +161,14 @@ func (x *metrics) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	gauge(x.doctorUp, 1)
+	if m.nodeRep == nil { // the first run's report is being published
+		return
+	}
 	for _, s := range doctor.Severities {
-		gauge(x.doctorFindings, float64(m.doctorRep.Count(s)), string(s))
+		gauge(x.doctorFindings, float64(m.nodeRep.Count(s)), string(s))
 	}
 	seen := map[[3]string]bool{}
-	for _, f := range m.doctorRep.Findings {
+	for _, f := range m.nodeRep.Findings {
 		k := [3]string{f.Check, string(f.Severity), f.Subject}
 		if seen[k] {
 			continue // e.g. node and port GUID of one VF: one series

@@ -27,6 +27,7 @@ import (
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/hostconfig"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/portwatch"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/vfnet"
@@ -70,10 +71,17 @@ type Config struct {
 	StaleGrace time.Duration
 	// Concurrency is how many attachments are checked at once.
 	Concurrency int
-	// Doctor, when set, runs the node doctor every DoctorInterval.
+	// Doctor, when set, runs the node doctor every DoctorInterval, and
+	// between its runs the port watcher (package portwatch) reads every
+	// RDMA port the host sees each PortInterval and runs the doctor's port
+	// checks again when one changed: the report the notifiers and metrics
+	// see is the doctor's, with the port watcher's newer word on ports.
 	Doctor         *doctor.Options
 	DoctorInterval time.Duration
-	Logger         *slog.Logger
+	// PortInterval: zero means portwatch.DefaultInterval (1 s); negative
+	// turns the port watcher off (ports then wait for the doctor's runs).
+	PortInterval time.Duration
+	Logger       *slog.Logger
 	// Notifiers hear of each change after the log and metrics have it.
 	Notifiers []Notifier
 
@@ -150,6 +158,9 @@ func (c *Config) applyDefaults() error {
 	}
 	if c.DoctorInterval == 0 {
 		c.DoctorInterval = DefaultDoctorInterval
+	}
+	if c.PortInterval == 0 {
+		c.PortInterval = portwatch.DefaultInterval
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -255,6 +266,12 @@ type Monitor struct {
 	doctorRep   *doctor.Report
 	doctorErr   error
 	doctorAt    time.Time
+	doctorStart time.Time          // when the run of doctorRep began
+	ports       *doctor.PortReport // the port watcher's last report
+	nodeRep     *doctor.Report     // doctorRep with ports' newer word: what is published
+	// publishMu keeps the notifiers hearing reports in the order they were
+	// made: the doctor's loop and the port watcher both publish.
+	publishMu   sync.Mutex
 	doctorKnown map[string]doctor.Finding // check/subject → finding, for logging changes once
 }
 
@@ -310,6 +327,13 @@ func (m *Monitor) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	if m.cfg.Doctor != nil {
 		wg.Go(func() { m.every(ctx, m.cfg.DoctorInterval, m.runDoctorBounded) })
+		if m.cfg.PortInterval > 0 {
+			w := portwatch.New(portwatch.Config{Doctor: *m.cfg.Doctor, Interval: m.cfg.PortInterval,
+				Changed: m.portsChanged, Logger: m.log})
+			// Not waited for: a port read that never returns (a wedged
+			// HCA) stalls the port watch alone, and Run still returns.
+			go w.Run(ctx)
+		}
 	}
 	m.startWorkers(ctx, &wg)
 	if !m.cfg.SweepOnly {
@@ -986,31 +1010,50 @@ func (m *Monitor) removeStale(a *attachment) {
 	m.log.Info("removed the record of an attachment whose network namespace is gone", append(attachmentAttrs(rec), "staleFor", staleFor)...)
 }
 
-// RunDoctor runs the node doctor once and logs findings that appeared or
-// went away since the last run.
+// RunDoctor runs the node doctor once and publishes its report.
 func (m *Monitor) RunDoctor(context.Context) {
 	if m.cfg.Doctor == nil {
 		return
 	}
+	started := time.Now()
 	rep, err := doctor.Run(*m.cfg.Doctor)
-	if err == nil {
-		defer func() {
-			for _, n := range m.cfg.Notifiers {
-				n.Doctor(rep)
-			}
-		}()
-	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.doctorAt = time.Now()
 	if err != nil {
 		if m.doctorErr == nil || m.doctorErr.Error() != err.Error() {
 			m.log.Error("node doctor cannot run", "err", err)
 		}
 		m.doctorErr = err
+		m.mu.Unlock()
 		return
 	}
-	m.doctorRep, m.doctorErr = rep, nil
+	m.doctorRep, m.doctorStart, m.doctorErr = rep, started, nil
+	m.mu.Unlock()
+	m.publish()
+}
+
+// portsChanged is the port watcher's Changed: its report is published at
+// once, merged into the doctor's last one (none yet: the first doctor run
+// publishes it).
+func (m *Monitor) portsChanged(p *doctor.PortReport) {
+	m.mu.Lock()
+	m.ports = p
+	ready := m.doctorRep != nil
+	m.mu.Unlock()
+	if ready {
+		m.publish()
+	}
+}
+
+// publish makes the node report (the doctor's last, with the port
+// watcher's newer word on ports), logs the findings that appeared or went
+// away since the last one published, and tells the notifiers.
+func (m *Monitor) publish() {
+	m.publishMu.Lock()
+	defer m.publishMu.Unlock()
+	m.mu.Lock()
+	rep := m.doctorRep.WithPorts(m.doctorStart, m.ports)
+	m.nodeRep = rep
 	now := map[string]doctor.Finding{}
 	for _, f := range rep.Findings {
 		now[f.Check+"\x00"+f.Subject+"\x00"+string(f.Severity)] = f
@@ -1028,6 +1071,10 @@ func (m *Monitor) RunDoctor(context.Context) {
 		}
 	}
 	m.doctorKnown = now
+	m.mu.Unlock()
+	for _, n := range m.cfg.Notifiers {
+		n.Doctor(rep)
+	}
 }
 
 // Health says whether the sweep loop is alive: a sweep completed within

@@ -423,6 +423,7 @@ type recorder struct {
 	heard    []string
 	repaired []string
 	reports  int
+	last     *doctor.Report
 }
 
 func (r *recorder) Drift(rec *state.Record, appeared []drift.Finding, cleared []drift.Reason) {
@@ -452,10 +453,18 @@ func (r *recorder) repairs() []string {
 	return slices.Clone(r.repaired)
 }
 
-func (r *recorder) Doctor(*doctor.Report) {
+func (r *recorder) Doctor(rep *doctor.Report) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.reports++
+	r.last = rep
+}
+
+// lastReport is the last report heard and how many were.
+func (r *recorder) lastReport() (*doctor.Report, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last, r.reports
 }
 
 // A notifier hears each drift change once, with its detail, and each

@@ -1,0 +1,80 @@
+package doctor
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
+)
+
+// PortChecks are the checks Ports runs: those whose answer can change from
+// one second to the next (a cable pulled, a subnet manager gone, a port
+// type flipped) and that make a VF unusable for the next pod.
+var PortChecks = []string{CheckPortState, CheckLinkLayer}
+
+// PortReport is one run of the port checks alone.
+type PortReport struct {
+	// Started is when the run began reading sysfs: a full report begun
+	// later knows better.
+	Started  time.Time
+	Findings []finding.Finding
+	// Functions are the PCI functions whose ports were read; a finding of
+	// PortChecks about any other subject is not this report's to replace.
+	Functions []string
+}
+
+// Ports runs the port checks (PortChecks) over every Mellanox function, as
+// Run does, and nothing else: what the agent runs again each time a port
+// attribute changes between two full runs, so a free VF whose port goes
+// down is known in about a second rather than at the next full run. A
+// function whose sysfs entry cannot be read is left out of Functions: the
+// full run's finding about it stands.
+func Ports(opts Options) (*PortReport, error) {
+	if opts.SysfsRoot == "" {
+		opts.SysfsRoot = config.DefaultSysfsRoot
+	}
+	if opts.AltName == "" {
+		opts.AltName = config.DefaultAltName
+	}
+	if err := validateOptions(opts); err != nil {
+		return nil, err
+	}
+	started := time.Now()
+	r := &run{opts: opts, sys: sysfs.Reader{Root: opts.SysfsRoot}, findings: []finding.Finding{}}
+	inv, err := scan(r.sys)
+	if err != nil {
+		return nil, fmt.Errorf("port checks: %w", err)
+	}
+	r.inv = inv
+	r.checkPorts()
+	sortFindings(r.findings)
+	p := &PortReport{Started: started, Findings: r.findings}
+	for _, f := range slices.Concat(inv.pfs, inv.vfs) {
+		p.Functions = append(p.Functions, f.addr)
+	}
+	slices.Sort(p.Functions)
+	return p, nil
+}
+
+// WithPorts returns the report with the findings of the port checks about
+// p's functions replaced by p's, when p began after the report's run did
+// (started); otherwise the report itself. The report is not changed.
+func (rep *Report) WithPorts(started time.Time, p *PortReport) *Report {
+	if p == nil || !p.Started.After(started) {
+		return rep
+	}
+	covered := map[string]bool{}
+	for _, f := range p.Functions {
+		covered[f] = true
+	}
+	out := *rep
+	out.Findings = slices.DeleteFunc(slices.Clone(rep.Findings), func(f finding.Finding) bool {
+		return slices.Contains(PortChecks, f.Check) && covered[f.Subject]
+	})
+	out.Findings = append(out.Findings, p.Findings...)
+	sortFindings(out.Findings)
+	return &out
+}

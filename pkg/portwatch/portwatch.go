@@ -1,0 +1,177 @@
+// Package portwatch is the agent's free-VF health source: it watches the
+// RDMA ports the host sees (every PF's, and every VF's whose device is in
+// the host's netns: the free ones, and in shared mode the attached ones
+// too) for a change of state, link layer or node GUID, which the kernel
+// announces to no one. It re-reads those attributes every interval through
+// files it keeps open, and on a change runs the doctor's port checks
+// (doctor.Ports) and hands on their findings, so a free VF whose port goes
+// down is known to the node condition and its device taint in about a
+// second rather than at the next doctor run.
+package portwatch
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
+)
+
+// DefaultInterval is how often the port attributes are read.
+const DefaultInterval = time.Second
+
+// Config says what to watch and whom to tell.
+type Config struct {
+	// Doctor is what the port checks expect (the doctor's options: the
+	// sysfs root and the link layer).
+	Doctor doctor.Options
+	// Interval between two reads of every port attribute; zero means
+	// DefaultInterval.
+	Interval time.Duration
+	// Changed hears each port report whose findings differ from the last
+	// one handed on (the first is always handed on). It is called from the
+	// watcher's goroutine and must not block.
+	Changed func(*doctor.PortReport)
+	Logger  *slog.Logger
+}
+
+// device is one class/infiniband entry's open attribute files.
+type device struct {
+	entry sysfs.RDMAEntry
+	files []*os.File
+}
+
+// Watcher is one watch of a node's RDMA ports. Its state is its
+// goroutine's alone.
+type Watcher struct {
+	cfg  Config
+	sys  sysfs.Reader
+	log  *slog.Logger
+	devs map[string]*device
+	last []byte // every device's values, as read last
+	buf  []byte
+	sent *doctor.PortReport
+	// failed is the error of the last port check that failed, logged once.
+	failed string
+}
+
+// New returns a watcher; nothing runs until Run.
+func New(cfg Config) *Watcher {
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	root := cfg.Doctor.SysfsRoot
+	if root == "" {
+		root = "/sys"
+	}
+	return &Watcher{cfg: cfg, sys: sysfs.Reader{Root: root}, log: cfg.Logger, devs: map[string]*device{}, buf: make([]byte, 64)}
+}
+
+// Run reads the ports every interval until ctx ends, then closes its
+// files. The first read always runs the checks.
+func (w *Watcher) Run(ctx context.Context) {
+	defer w.close()
+	t := time.NewTicker(w.cfg.Interval)
+	defer t.Stop()
+	for {
+		if w.Poll() {
+			w.Check()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Poll lists class/infiniband, opens the files of devices that are new (or
+// came back: a new inode), closes those of devices gone, and reads every
+// file; it reports whether anything differs from the last poll (the first
+// poll always does).
+func (w *Watcher) Poll() bool {
+	entries, err := w.sys.ListRDMA()
+	if err != nil {
+		w.log.Debug("cannot list RDMA devices", "err", err)
+	}
+	seen := make(map[string]bool, len(entries))
+	var now []byte
+	for _, e := range entries {
+		seen[e.Name] = true
+		d := w.devs[e.Name]
+		if d == nil || d.entry != e {
+			if d != nil {
+				closeAll(d.files)
+			}
+			d = &device{entry: e, files: sysfs.OpenPolled(w.sys.RDMAPath(e.Name))}
+			w.devs[e.Name] = d
+		}
+		vals, _ := sysfs.ReadPolled(d.files, w.buf)
+		now = append(append(append(now, e.Name...), 0), vals...)
+	}
+	for name, d := range w.devs {
+		if !seen[name] {
+			closeAll(d.files)
+			delete(w.devs, name)
+		}
+	}
+	changed := w.last == nil || !bytes.Equal(now, w.last)
+	if now == nil {
+		now = []byte{} // read once: the next poll compares
+	}
+	w.last = now
+	return changed
+}
+
+// Check runs the port checks and hands their report on when its findings
+// changed.
+func (w *Watcher) Check() {
+	rep, err := doctor.Ports(w.cfg.Doctor)
+	if err != nil {
+		if err.Error() != w.failed {
+			w.log.Warn("cannot run the port checks; free VFs' ports are known at the next doctor run", "err", err)
+		}
+		w.failed = err.Error()
+		return
+	}
+	w.failed = ""
+	if w.sent != nil && slices.Equal(w.sent.Findings, rep.Findings) && slices.Equal(w.sent.Functions, rep.Functions) {
+		return
+	}
+	w.sent = rep
+	w.log.Debug("port checks changed", "functions", len(rep.Functions), "errors", countErrors(rep.Findings))
+	if w.cfg.Changed != nil {
+		w.cfg.Changed(rep)
+	}
+}
+
+func countErrors(fs []finding.Finding) int {
+	n := 0
+	for _, f := range fs {
+		if f.Severity == finding.Error {
+			n++
+		}
+	}
+	return n
+}
+
+func (w *Watcher) close() {
+	for name, d := range w.devs {
+		closeAll(d.files)
+		delete(w.devs, name)
+	}
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
+}
