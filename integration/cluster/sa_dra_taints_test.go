@@ -5,6 +5,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -36,7 +37,9 @@ const (
 // its rules for devices no longer published.
 func TestS10DRATaints(t *testing.T) {
 	c := mustCluster(t)
-	ds := c.ensureReporting(t, componentReporting, true)
+	// As shipped: the doctor every 5 minutes; free VFs' ports are the port
+	// watcher's (--port-interval 1s).
+	ds := c.ensureReporting(t, componentReporting, false)
 	ctx := context.Background()
 	res := c.client.ResourceV1()
 	broken, healthy := c.node.zeroGUID, c.node.vfs[len(c.node.vfs)-2]
@@ -56,7 +59,7 @@ func TestS10DRATaints(t *testing.T) {
 	if _, err := c.waitDeviceTaints(ctx, map[string]string{deviceName(broken.PCI): "sriov-stable-cni.io/guid=invalid"}); err != nil {
 		t.Fatal(err)
 	}
-	figf("10 DRA", "slice published to DeviceTaintRule on the zero-GUID VF", "%.1f s (doctor every %v)", time.Since(start).Seconds(), doctorInterval)
+	figf("10 DRA", "slice published to DeviceTaintRule on the zero-GUID VF", "%.1f s (the shipped DaemonSet)", time.Since(start).Seconds())
 	c.showKubectl(t, "get", "devicetaintrules", "-o", "custom-columns=NAME:.metadata.name,DEVICE:.spec.deviceSelector.device,"+
 		"KEY:.spec.taint.key,VALUE:.spec.taint.value,EFFECT:.spec.taint.effect,PCI:.metadata.annotations.sriov-stable-cni\\.io/pci")
 
@@ -76,6 +79,8 @@ func TestS10DRATaints(t *testing.T) {
 	if err := c.deleteClaim(ctx, "vf-1"); err != nil {
 		t.Fatal(err)
 	}
+
+	c.freeVFHealthLatency(ctx, t, healthy, broken, freeVFFlips)
 
 	// Both broken: the second VF's port goes down.
 	c.node.setPortDown(healthy, true)
@@ -292,4 +297,93 @@ func hasEvent(evs []corev1.Event, parts ...string) bool {
 		}
 	}
 	return false
+}
+
+// freeVFFlips is how many times the free VF's port goes down and comes
+// back in freeVFHealthLatency; freeVFBound is what each change may take to
+// reach both the VF's DeviceTaintRule and the node condition.
+const (
+	freeVFFlips = 10
+	freeVFBound = 2 * time.Second
+)
+
+// freeVFHealthLatency takes the free VF's port down and up again n times,
+// and measures each change's time to its DeviceTaintRule (created, then
+// deleted) and to the node condition's message (naming the VF under
+// port-state, then not), polling both every 20 ms. The agent runs as
+// shipped (the doctor every 5 minutes): only its port watcher can be this
+// quick. It fails when any change takes longer than freeVFBound.
+func (c *cluster) freeVFHealthLatency(ctx context.Context, t *testing.T, vf, zero sysfstest.DGXVF, n int) {
+	t.Helper()
+	base := map[string]string{deviceName(zero.PCI): "sriov-stable-cni.io/guid=invalid"}
+	down := map[string]string{deviceName(zero.PCI): "sriov-stable-cni.io/guid=invalid",
+		deviceName(vf.PCI): "sriov-stable-cni.io/port-state=not-active"}
+	sel := labels.Set{"app.kubernetes.io/managed-by": "sriov-stable-agent", "sriov-stable-cni.io/node": nodeName}.String()
+	rulesAre := func(want map[string]string) (bool, error) {
+		list, err := c.client.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			return false, err
+		}
+		got := map[string]string{}
+		for _, r := range list.Items {
+			if s := r.Spec.DeviceSelector; s != nil && s.Device != nil {
+				got[*s.Device] = r.Spec.Taint.Key + "=" + r.Spec.Taint.Value
+			}
+		}
+		return fmt.Sprint(got) == fmt.Sprint(want), nil
+	}
+	conditionNames := func(want bool) (bool, error) {
+		cond, _, err := c.nodeCondition(ctx, conditionType)
+		if err != nil || cond == nil {
+			return false, err
+		}
+		return strings.Contains(cond.Message, "port-state "+vf.PCI) == want, nil
+	}
+	var toRule, toCondition []time.Duration
+	measure := func(what string, rules map[string]string, named bool) {
+		t.Helper()
+		start := time.Now()
+		var ruleAt, condAt time.Duration
+		err := waitFor(freeVFBound+10*time.Second, 20*time.Millisecond, what, func() (bool, error) {
+			if ruleAt == 0 {
+				if ok, err := rulesAre(rules); err != nil {
+					return false, err
+				} else if ok {
+					ruleAt = time.Since(start)
+				}
+			}
+			if condAt == 0 {
+				if ok, err := conditionNames(named); err != nil {
+					return false, err
+				} else if ok {
+					condAt = time.Since(start)
+				}
+			}
+			return ruleAt > 0 && condAt > 0, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		toRule, toCondition = append(toRule, ruleAt), append(toCondition, condAt)
+	}
+	for range n {
+		c.node.setPortDown(vf, true)
+		measure("the free VF's port down in its DeviceTaintRule and the node condition", down, true)
+		c.node.setPortDown(vf, false)
+		measure("the free VF's port up in its DeviceTaintRule and the node condition", base, false)
+	}
+	slowest := func(ds []time.Duration) time.Duration { return slices.Max(ds) }
+	median := func(ds []time.Duration) time.Duration {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return s[len(s)/2]
+	}
+	figf("10 DRA", fmt.Sprintf("free VF port change to DeviceTaintRule (%d changes)", len(toRule)), "median %.2f s, slowest %.2f s (bound %v)",
+		median(toRule).Seconds(), slowest(toRule).Seconds(), freeVFBound)
+	figf("10 DRA", fmt.Sprintf("free VF port change to node condition (%d changes)", len(toCondition)), "median %.2f s, slowest %.2f s (bound %v)",
+		median(toCondition).Seconds(), slowest(toCondition).Seconds(), freeVFBound)
+	if slowest(toRule) > freeVFBound || slowest(toCondition) > freeVFBound {
+		t.Errorf("a free VF's port change took up to %v to its DeviceTaintRule and %v to the node condition, want each within %v",
+			slowest(toRule), slowest(toCondition), freeVFBound)
+	}
 }
