@@ -22,6 +22,7 @@ import (
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/promtext"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
 
@@ -32,9 +33,6 @@ const (
 	// listen is free: the suite runs in its own network namespace.
 	listen = "127.0.0.1:9808"
 )
-
-// vfAddr is VF i of the fixture PF, numbered as on a ConnectX-7.
-func vfAddr(i int) string { return fmt.Sprintf("0000:18:%02x.%x", (i+2)/8, (i+2)%8) }
 
 // node is the test's node: fixture sysfs, state dir, stand-ins and the pods
 // attached to them through libcni.
@@ -62,8 +60,8 @@ func newNode(t *testing.T, vfs int) *node {
 		if i == rdmaVF {
 			d.RDMA = &sysfstest.RDMA{Name: "mlx5_11", NodeGUID: "b83f:d203:00aa:0101", FWVer: "28.43.1014"}
 		}
-		n.sys.AddVF(pf, i, vfAddr(i), d)
-		n.vfs = append(n.vfs, harness.NewStandIn(t, fmt.Sprintf("mv%d", i), vfAddr(i), true))
+		n.sys.AddVF(pf, i, testutil.VFAddr(i), d)
+		n.vfs = append(n.vfs, harness.NewStandIn(t, fmt.Sprintf("mv%d", i), testutil.VFAddr(i), true))
 	}
 	return n
 }
@@ -73,7 +71,7 @@ func newNode(t *testing.T, vfs int) *node {
 func (n *node) attach(i int) {
 	n.t.Helper()
 	ours := map[string]any{
-		"type": "sriov-stable-cni", "deviceID": vfAddr(i), "pciBusID": vfAddr(i),
+		"type": "sriov-stable-cni", "deviceID": testutil.VFAddr(i), "pciBusID": testutil.VFAddr(i),
 		"sysfsRoot": n.sys.Root, "stateDir": n.stateDir, "portWaitMs": 300,
 		"logFile": filepath.Join(n.stateDir, "..", "plugin.log"),
 	}
@@ -83,7 +81,7 @@ func (n *node) attach(i int) {
 	rt := harness.Runtime(fmt.Sprintf("pod-%d", i), pod, "net1", nil)
 	if _, err := chain.Add(rt); err != nil {
 		b, _ := os.ReadFile(filepath.Join(n.stateDir, "..", "plugin.log"))
-		n.t.Fatalf("ADD of VF %s: %v\nplugin log:\n%s", vfAddr(i), err, b)
+		n.t.Fatalf("ADD of VF %s: %v\nplugin log:\n%s", testutil.VFAddr(i), err, b)
 	}
 	n.pods, n.rts, n.chains = append(n.pods, pod), append(n.rts, rt), append(n.chains, chain)
 }
@@ -358,7 +356,7 @@ func TestMonitorEndToEnd(t *testing.T) {
 	// 3. One attachment whose check hangs (its RDMA device's sysfs read
 	//    blocks, as on a wedged HCA) times out without stalling the sweep:
 	//    a rename elsewhere is still caught within one interval.
-	unblock := hangSysfsRead(t, n.sys.DevicePath(vfAddr(rdmaVF))+"/infiniband/mlx5_11/node_guid")
+	unblock := hangSysfsRead(t, n.sys.DevicePath(testutil.VFAddr(rdmaVF))+"/infiniband/mlx5_11/node_guid")
 	a.waitFor("the hanging attachment to time out", func(m metrics) bool {
 		return m["sriov_stable_check_timeouts_total"] >= 1 && m[attachments("unknown")] == 1
 	})

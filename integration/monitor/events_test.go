@@ -10,6 +10,7 @@ import (
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/promtext"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
 
@@ -66,10 +67,10 @@ func TestMonitorEventsAndRepairs(t *testing.T) {
 	t.Logf("altname removed in the pod, added back after %s", time.Since(start).Round(time.Millisecond))
 
 	start = time.Now()
-	n.sys.SetPort(vfAddr(rdmaVF), "mlx5_11", 1, sysfstest.Port{State: "1: DOWN", PhysState: "3: Disabled"})
+	n.sys.SetPort(testutil.VFAddr(rdmaVF), "mlx5_11", 1, sysfstest.Port{State: "1: DOWN", PhysState: "3: Disabled"})
 	a.waitFor("the RDMA port down", func(m metrics) bool { return m[drift("port-down")] == 1 })
 	t.Logf("RDMA port down seen after %s", time.Since(start).Round(time.Millisecond))
-	n.sys.SetPort(vfAddr(rdmaVF), "mlx5_11", 1, sysfstest.Port{})
+	n.sys.SetPort(testutil.VFAddr(rdmaVF), "mlx5_11", 1, sysfstest.Port{})
 	a.waitFor("the RDMA port up", func(m metrics) bool { return m[drift("port-down")] == 0 })
 
 	if m := a.scrape(); m[sweeps] != 1 {

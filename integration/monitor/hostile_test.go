@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/monitor"
 )
 
@@ -107,7 +108,7 @@ func TestAgentBesideAStuckPortRead(t *testing.T) {
 	for i := range 3 {
 		n.attach(i)
 	}
-	holdFIFO(t, filepath.Join(n.sys.DevicePath(vfAddr(rdmaVF)), "infiniband", "mlx5_11", "ports", "1", "state"))
+	holdFIFO(t, filepath.Join(n.sys.DevicePath(testutil.VFAddr(rdmaVF)), "infiniband", "mlx5_11", "ports", "1", "state"))
 	a := startAgent(t, n)
 	a.waitFor("two healthy attachments beside the stuck one", func(m metrics) bool {
 		return m[attachments("ok")] == 2 && m[attachments("unknown")] == 1
@@ -118,9 +119,9 @@ func TestAgentBesideAStuckPortRead(t *testing.T) {
 	a.withinOneInterval("a rename beside the stuck VF", before, func(m metrics) bool { return m[drift("renamed")] == 1 })
 
 	code, body := a.get("/healthz")
-	named := strings.Contains(body, "\nstuck: VF "+vfAddr(rdmaVF)+" ") || strings.Contains(body, "\nunchecked: VF "+vfAddr(rdmaVF)+" ")
+	named := strings.Contains(body, "\nstuck: VF "+testutil.VFAddr(rdmaVF)+" ") || strings.Contains(body, "\nunchecked: VF "+testutil.VFAddr(rdmaVF)+" ")
 	if code != http.StatusOK || !strings.HasPrefix(body, "ok\n") || !named {
-		t.Errorf("/healthz: %d\n%s\nwant 200, ok, and a line naming VF %s", code, body, vfAddr(rdmaVF))
+		t.Errorf("/healthz: %d\n%s\nwant 200, ok, and a line naming VF %s", code, body, testutil.VFAddr(rdmaVF))
 	}
 	t.Logf("/healthz:\n%s", body)
 

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
@@ -57,7 +58,7 @@ func TestHappyPathEveryVersion(t *testing.T) {
 				t.Errorf("result mac %s, pod link mac %s", got, want)
 			}
 			// types/100 serves 1.0.0 and 1.1.0 and keeps pciID for both.
-			if got := cur.Interfaces[i].PciID; hasPCIID(v) != (got == vfAddr(0)) {
+			if got := cur.Interfaces[i].PciID; hasPCIID(v) != (got == testutil.VFAddr(0)) {
 				t.Errorf("result pciID %q for version %s", got, v)
 			}
 			if !slices.Contains(link.Attrs().AltNames, e.vfs[0].AltName) {
@@ -94,7 +95,7 @@ func TestRenameBeforeUsIsRepaired(t *testing.T) {
 		t.Fatalf("eth7 still present in pod")
 	}
 	cur := asCurrent(t, res)
-	if cur.Interfaces[0].Name != "net1" || cur.Interfaces[0].PciID != vfAddr(0) {
+	if cur.Interfaces[0].Name != "net1" || cur.Interfaces[0].PciID != testutil.VFAddr(0) {
 		t.Errorf("result interface %+v", *cur.Interfaces[0])
 	}
 	if err := c.Check(r); err != nil {
@@ -139,8 +140,8 @@ func TestCheckReportsEveryDriftAtOnce(t *testing.T) {
 		t.Fatalf("ADD: %v", err)
 	}
 	harness.RenameIn(t, pod, "net1", "eth3")
-	e.sys.SetPort(vfAddr(0), "mlx5_10", 1, sysfstest.Port{State: "1: DOWN", PhysState: "3: Disabled"})
-	e.sys.WriteFile(e.sys.DevicePath(vfAddr(0))+"/infiniband/mlx5_10/node_guid", "0000:0000:0000:0000")
+	e.sys.SetPort(testutil.VFAddr(0), "mlx5_10", 1, sysfstest.Port{State: "1: DOWN", PhysState: "3: Disabled"})
+	e.sys.WriteFile(e.sys.DevicePath(testutil.VFAddr(0))+"/infiniband/mlx5_10/node_guid", "0000:0000:0000:0000")
 	err := c.Only(ours).Check(r)
 	if harness.ErrCode(err) != 105 {
 		t.Fatalf("CHECK: got %v, want 105", err)
@@ -196,7 +197,7 @@ func TestVerifyFailuresLeaveNothingChanged(t *testing.T) {
 			if harness.ErrCode(err) != tc.code || !strings.Contains(err.Error(), tc.substr) {
 				t.Fatalf("ADD: got %v, want code %d containing %q", err, tc.code, tc.substr)
 			}
-			if !strings.Contains(err.Error(), vfAddr(0)) || !strings.Contains(err.Error(), pod.Path()) {
+			if !strings.Contains(err.Error(), testutil.VFAddr(0)) || !strings.Contains(err.Error(), pod.Path()) {
 				t.Errorf("error does not name the VF and netns: %v", err)
 			}
 			// Our rename to net1 was undone: the VF is as the chain left it.
@@ -256,10 +257,10 @@ func TestDuplicateCheckReusesTheGUIDIndexWhileCurrent(t *testing.T) {
 	del(r1, c1)
 
 	// VF 1 comes back from a rebind with VF 0's GUID.
-	e.sys.ReprobeRDMA(vfAddr(1), sysfstest.RDMA{Name: "mlx5_11", NodeGUID: guid(0), FWVer: "28.43.1014"})
+	e.sys.ReprobeRDMA(testutil.VFAddr(1), sysfstest.RDMA{Name: "mlx5_11", NodeGUID: guid(0), FWVer: "28.43.1014"})
 	r0, c0, err := add(0, "c-guid-0")
-	if harness.ErrCode(err) != 102 || !strings.Contains(err.Error(), "also held by "+vfAddr(1)) {
-		t.Fatalf("ADD after a re-probe made a duplicate: got %v, want code 102 naming %s", err, vfAddr(1))
+	if harness.ErrCode(err) != 102 || !strings.Contains(err.Error(), "also held by "+testutil.VFAddr(1)) {
+		t.Fatalf("ADD after a re-probe made a duplicate: got %v, want code 102 naming %s", err, testutil.VFAddr(1))
 	}
 	if indexIno() == saved {
 		t.Error("the re-probe did not make ADD scan and save a new index")
@@ -267,7 +268,7 @@ func TestDuplicateCheckReusesTheGUIDIndexWhileCurrent(t *testing.T) {
 	del(r0, c0)
 
 	// VF 1's GUID changes back in place: the index still says guid(0).
-	e.sys.WriteFile(filepath.Join(e.sys.RDMAPath(vfAddr(1), "mlx5_11"), "node_guid"), guid(1))
+	e.sys.WriteFile(filepath.Join(e.sys.RDMAPath(testutil.VFAddr(1), "mlx5_11"), "node_guid"), guid(1))
 	r0, c0, err = add(0, "c-guid-0b")
 	if err != nil {
 		t.Fatalf("ADD failed on a duplicate only the stale index held: %v\nlog:\n%s", err, e.logTail())
@@ -436,7 +437,7 @@ func TestGCRemovesStaleRecords(t *testing.T) {
 		rts, chains = append(rts, r), append(chains, c)
 	}
 	// A record whose attachment the runtime no longer knows at all.
-	ghost := &state.Record{Network: "vfnet", ContainerID: "c-ghost", IfName: "net1", PCI: vfAddr(1)}
+	ghost := &state.Record{Network: "vfnet", ContainerID: "c-ghost", IfName: "net1", PCI: testutil.VFAddr(1)}
 	if err := state.NewStore(e.stateDir).Save(ghost); err != nil {
 		t.Fatal(err)
 	}

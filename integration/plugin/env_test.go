@@ -14,16 +14,13 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
 
 const pf = "0000:18:00.0"
 
 var standInSeq atomic.Int32
-
-// vfAddr is the PCI address of VF i of the fixture PF, laid out as on a
-// ConnectX-7 (functions 2..7 of device 00, then device 01, …).
-func vfAddr(i int) string { return fmt.Sprintf("0000:18:%02x.%x", (i+2)/8, (i+2)%8) }
 
 // guid is a distinct, valid node GUID for VF i.
 func guid(i int) string { return fmt.Sprintf("b83f:d203:00aa:%04x", 0x100+i) }
@@ -62,9 +59,9 @@ func newEnv(t *testing.T, o vfOpts) *env {
 			}
 			d.RDMA = r
 		}
-		e.sys.AddVF(pf, i, vfAddr(i), d)
+		e.sys.AddVF(pf, i, testutil.VFAddr(i), d)
 		host := fmt.Sprintf("sv%d", standInSeq.Add(1))
-		e.vfs = append(e.vfs, harness.NewStandIn(t, host, vfAddr(i), !o.noAlt))
+		e.vfs = append(e.vfs, harness.NewStandIn(t, host, testutil.VFAddr(i), !o.noAlt))
 	}
 	return e
 }
@@ -77,7 +74,7 @@ func (e *env) ours(vf int, extra map[string]any) map[string]any {
 		"portWaitMs": 300, "logLevel": "debug", "logFile": filepath.Join(e.stateDir, "..", "plugin.log"),
 	}
 	if vf >= 0 {
-		m["deviceID"], m["pciBusID"] = vfAddr(vf), vfAddr(vf)
+		m["deviceID"], m["pciBusID"] = testutil.VFAddr(vf), testutil.VFAddr(vf)
 	}
 	return harness.Merge(m, extra)
 }

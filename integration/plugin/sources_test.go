@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 )
 
 // TestPCIFromRuntimeConfig: the address reaches the plugin only through
@@ -20,13 +21,13 @@ func TestPCIFromRuntimeConfig(t *testing.T) {
 	t.Run("deviceID capability", func(t *testing.T) {
 		pod := harness.NewNetns(t)
 		c := e.chain("1.1.0", 0, caps)
-		r := harness.Runtime("c-cap", pod, "net1", map[string]any{"deviceID": strings.ToUpper(vfAddr(0))})
+		r := harness.Runtime("c-cap", pod, "net1", map[string]any{"deviceID": strings.ToUpper(testutil.VFAddr(0))})
 		res, err := c.Add(r)
 		if err != nil {
 			t.Fatalf("ADD: %v", err)
 		}
-		if got := asCurrent(t, res).Interfaces[0].PciID; got != vfAddr(0) {
-			t.Errorf("pciID %q, want %s (normalized)", got, vfAddr(0))
+		if got := asCurrent(t, res).Interfaces[0].PciID; got != testutil.VFAddr(0) {
+			t.Errorf("pciID %q, want %s (normalized)", got, testutil.VFAddr(0))
 		}
 		if err := c.Del(r); err != nil {
 			t.Fatalf("DEL: %v", err)
@@ -38,7 +39,7 @@ func TestPCIFromRuntimeConfig(t *testing.T) {
 		pod := harness.NewNetns(t)
 		info := filepath.Join(t.TempDir(), "devinfo.json")
 		b, _ := json.Marshal(map[string]any{"type": "pci", "version": "1.1.0",
-			"pci": map[string]string{"pci-address": vfAddr(1), "pf-pci-address": pf}})
+			"pci": map[string]string{"pci-address": testutil.VFAddr(1), "pf-pci-address": pf}})
 		if err := os.WriteFile(info, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -48,8 +49,8 @@ func TestPCIFromRuntimeConfig(t *testing.T) {
 		if err != nil {
 			t.Fatalf("ADD: %v", err)
 		}
-		if got := asCurrent(t, res).Interfaces[0].PciID; got != vfAddr(1) {
-			t.Errorf("pciID %q, want %s", got, vfAddr(1))
+		if got := asCurrent(t, res).Interfaces[0].PciID; got != testutil.VFAddr(1) {
+			t.Errorf("pciID %q, want %s", got, testutil.VFAddr(1))
 		}
 		if err := c.Del(r); err != nil {
 			t.Fatalf("DEL: %v", err)

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
 
@@ -70,7 +71,7 @@ func newBadEnv(t *testing.T) *badEnv {
 func (e *badEnv) base() map[string]any {
 	return map[string]any{
 		"cniVersion": "1.1.0", "name": network, "type": ours,
-		"deviceID": vfAddr(0), "pciBusID": vfAddr(0),
+		"deviceID": testutil.VFAddr(0), "pciBusID": testutil.VFAddr(0),
 		"sysfsRoot": e.sys.Root, "stateDir": e.stateDir, "portWaitMs": 300,
 		"prevResult": prevFor(e.pod, "net1", e.mac),
 	}

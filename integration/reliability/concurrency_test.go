@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 )
 
 // TestSixtyFourAttachmentsInParallel adds, checks and deletes 64
@@ -37,8 +38,8 @@ func TestSixtyFourAttachmentsInParallel(t *testing.T) {
 	}
 	for i := range n {
 		r := nd.record(rts[i].ContainerID, "net1")
-		if r == nil || r.PCI != vfAddr(i) || r.Netns != pods[i] {
-			t.Errorf("attachment %d: record %+v, want VF %s in %s", i, r, vfAddr(i), pods[i])
+		if r == nil || r.PCI != testutil.VFAddr(i) || r.Netns != pods[i] {
+			t.Errorf("attachment %d: record %+v, want VF %s in %s", i, r, testutil.VFAddr(i), pods[i])
 		}
 	}
 	check := run("CHECK", func(i int) error { return chains[i].Check(rts[i]) })
@@ -67,7 +68,7 @@ func TestRaceForOneVFThroughChains(t *testing.T) {
 	nd := newNode(t, 2, false)
 	// Stand-in 1 plays the second device the broken allocation hands out
 	// under VF 0's address; it has no altname of its own.
-	nd.vfs[1] = harness.NewStandIn(t, nextHostName(), vfAddr(1), false)
+	nd.vfs[1] = harness.NewStandIn(t, nextHostName(), testutil.VFAddr(1), false)
 	wins, codes := map[int]int{}, map[uint]int{}
 	for round := range rounds {
 		chains := []*harness.Chain{nd.chain("1.1.0", nd.vfs[0].Host, 0, nil), nd.chain("1.1.0", nd.vfs[1].Host, 0, nil)}
@@ -92,7 +93,7 @@ func TestRaceForOneVFThroughChains(t *testing.T) {
 		if code != 100 && code != 101 {
 			t.Fatalf("round %d: losing ADD failed with %v, want code 100 or 101", round, errs[loser])
 		}
-		if r := nd.record(rts[winner].ContainerID, "net1"); r == nil || r.PCI != vfAddr(0) {
+		if r := nd.record(rts[winner].ContainerID, "net1"); r == nil || r.PCI != testutil.VFAddr(0) {
 			t.Fatalf("round %d: winner's record %+v", round, r)
 		}
 		if got := len(nd.records()); got != 1 {

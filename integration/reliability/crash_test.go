@@ -20,6 +20,7 @@ import (
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/crashpoint"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 )
 
@@ -390,7 +391,7 @@ func (nd *node) leftBy(t *testing.T, id string, pod ns.NetNS, key state.Key, bef
 		t.Fatalf("%s: %d records for one attachment", id, len(recs))
 	case len(recs) == 1:
 		r := recs[0]
-		if r.Key() != key || r.PCI != vfAddr(0) || r.Netns != pod.Path() || r.MAC == "" || r.AltName != nd.vfs[0].AltName {
+		if r.Key() != key || r.PCI != testutil.VFAddr(0) || r.Netns != pod.Path() || r.MAC == "" || r.AltName != nd.vfs[0].AltName {
 			t.Fatalf("%s: record does not describe the attachment: %+v", id, r)
 		}
 		l.Record = true
@@ -444,7 +445,7 @@ func (l left) String() string {
 // "" when there is none.
 func (nd *node) ownerIndex(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(nd.stateDir, "locks", vfAddr(0)+".lock"))
+	b, err := os.ReadFile(filepath.Join(nd.stateDir, "locks", testutil.VFAddr(0)+".lock"))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
@@ -31,10 +32,6 @@ const (
 	ours    = "sriov-stable-cni"
 	network = "vfnet"
 )
-
-// vfAddr is the PCI address of VF i of the fixture PF, laid out as on a
-// ConnectX-7 (functions 2..7 of device 00, then device 01, …).
-func vfAddr(i int) string { return fmt.Sprintf("0000:18:%02x.%x", (i+2)/8, (i+2)%8) }
 
 // guid is a distinct, valid node GUID for VF i.
 func guid(i int) string { return fmt.Sprintf("b83f:d203:00aa:%04x", 0x100+i) }
@@ -70,8 +67,8 @@ func newNode(t testing.TB, numVFs int, rdma bool) *node {
 		if rdma {
 			d.RDMA = &sysfstest.RDMA{Name: fmt.Sprintf("mlx5_%d", 10+i), NodeGUID: guid(i), FWVer: "28.43.1014"}
 		}
-		n.sys.AddVF(pf, i, vfAddr(i), d)
-		n.vfs = append(n.vfs, harness.NewStandIn(t, nextHostName(), vfAddr(i), true))
+		n.sys.AddVF(pf, i, testutil.VFAddr(i), d)
+		n.vfs = append(n.vfs, harness.NewStandIn(t, nextHostName(), testutil.VFAddr(i), true))
 	}
 	return n
 }
@@ -117,7 +114,7 @@ func (n *node) ours(vf int, extra map[string]any) map[string]any {
 		"portWaitMs": 300, "logLevel": "debug", "logFile": n.logFile,
 	}
 	if vf >= 0 {
-		m["deviceID"], m["pciBusID"] = vfAddr(vf), vfAddr(vf)
+		m["deviceID"], m["pciBusID"] = testutil.VFAddr(vf), testutil.VFAddr(vf)
 	}
 	return harness.Merge(m, extra)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
@@ -23,21 +24,6 @@ import (
 )
 
 const testPF = "0000:18:00.0"
-
-// vfAddr is VF i of the fixture PF, numbered as on a ConnectX-7.
-func vfAddr(i int) string { return fmt.Sprintf("0000:18:%02x.%x", (i+2)/8, (i+2)%8) }
-
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	const why = "needs root: makes network namespaces and veth stand-ins for VFs"
-	if os.Getenv("CI") != "" {
-		t.Fatal(why + "; CI runs as root and must not skip it")
-	}
-	t.Skip(why + " (CI runs as root and must not skip it)")
-}
 
 // node is a fixture sysfs with one PF and pods each holding one VF's
 // stand-in as net1, recorded in the fixture's state dir as ADD records it.
@@ -71,7 +57,7 @@ func newNode(t *testing.T, cfg Config, vfs int) *node {
 		if i%rdmaEvery == 1 {
 			d.RDMA = &sysfstest.RDMA{Name: fmt.Sprintf("mlx5_%d", 10+i), NodeGUID: fmt.Sprintf("b83f:d203:00aa:%04x", i)}
 		}
-		sys.AddVF(testPF, i, vfAddr(i), d)
+		sys.AddVF(testPF, i, testutil.VFAddr(i), d)
 	}
 	if cfg.SysfsRoot == "" {
 		cfg.SysfsRoot = sys.Root
@@ -104,7 +90,7 @@ func (n *node) attach(i int, pod ns.NetNS) *podVF {
 	t := n.t
 	p := &podVF{pod: pod, index: i}
 	err := pod.Do(func(ns.NetNS) error {
-		p.vf = harness.NewStandIn(t, "net1", vfAddr(i), true)
+		p.vf = harness.NewStandIn(t, "net1", testutil.VFAddr(i), true)
 		l, err := netlink.LinkByName("net1")
 		if err != nil {
 			return err
@@ -115,7 +101,7 @@ func (n *node) attach(i int, pod ns.NetNS) *podVF {
 		p.rec = &state.Record{
 			Network: "ib-a", ContainerID: fmt.Sprintf("pod-%02d", i), IfName: "net1", Netns: pod.Path(),
 			PodNamespace: "default", PodName: fmt.Sprintf("pod-%02d", i), PodUID: fmt.Sprintf("uid-%02d", i),
-			PCI: vfAddr(i), PF: testPF, VFIndex: i, AltName: "vf-" + config.PCIToName(vfAddr(i)),
+			PCI: testutil.VFAddr(i), PF: testPF, VFIndex: i, AltName: "vf-" + config.PCIToName(testutil.VFAddr(i)),
 			MAC: l.Attrs().HardwareAddr.String(), MTU: l.Attrs().MTU, LinkLayer: "ethernet",
 			PortPolicy: "require", GUIDPolicy: "require", SysfsRoot: n.sys.Root, Created: time.Now().UTC(),
 		}
@@ -267,9 +253,9 @@ func TestEventsSeenWithoutASweep(t *testing.T) {
 			}},
 		{"RDMA port down", drift.PortDown,
 			func() {
-				n.sys.SetPort(vfAddr(ib.index), ib.rec.RDMA[0], 1, sysfstest.Port{State: "1: DOWN", PhysState: "3: Disabled"})
+				n.sys.SetPort(testutil.VFAddr(ib.index), ib.rec.RDMA[0], 1, sysfstest.Port{State: "1: DOWN", PhysState: "3: Disabled"})
 			},
-			func() { n.sys.SetPort(vfAddr(ib.index), ib.rec.RDMA[0], 1, sysfstest.Port{}) }},
+			func() { n.sys.SetPort(testutil.VFAddr(ib.index), ib.rec.RDMA[0], 1, sysfstest.Port{}) }},
 	}
 	for _, c := range changes {
 		c.do()
@@ -451,7 +437,7 @@ func TestPortChangeRightAfterSubscribing(t *testing.T) {
 	// Let the checks queued by the records (30 ms settle) finish, well
 	// before the poller's first tick at one second.
 	time.Sleep(300 * time.Millisecond)
-	n.sys.SetPort(vfAddr(ib.index), ib.rec.RDMA[0], 1, sysfstest.Port{State: "1: DOWN", PhysState: "3: Disabled"})
+	n.sys.SetPort(testutil.VFAddr(ib.index), ib.rec.RDMA[0], 1, sysfstest.Port{State: "1: DOWN", PhysState: "3: Disabled"})
 	n.waitFor("the port down seen", 5*time.Second, func() bool { return n.driftOf(drift.PortDown) == 1 })
 }
 
@@ -535,7 +521,7 @@ func TestFailedCheckTriedAgain(t *testing.T) {
 		return ok() == 2 && v == 2
 	})
 	time.Sleep(300 * time.Millisecond) // the checks the records queued are done
-	dir := filepath.Join(n.sys.DevicePath(vfAddr(ib.index)), "infiniband", ib.rec.RDMA[0], "ports", "1")
+	dir := filepath.Join(n.sys.DevicePath(testutil.VFAddr(ib.index)), "infiniband", ib.rec.RDMA[0], "ports", "1")
 	n.sys.WriteFile(filepath.Join(dir, "phys_state"), "")
 	n.sys.WriteFile(filepath.Join(dir, "state"), "1: DOWN") // the poller's cue
 	n.waitFor("the check failing", 5*time.Second, func() bool {
@@ -575,7 +561,7 @@ func TestPortBackAfterACheckSawItDown(t *testing.T) {
 	if a == nil || a.ports == nil {
 		t.Fatal("the RDMA attachment has no port poller")
 	}
-	state := filepath.Join(n.sys.DevicePath(vfAddr(ib.index)), "infiniband", ib.rec.RDMA[0], "ports", "1", "state")
+	state := filepath.Join(n.sys.DevicePath(testutil.VFAddr(ib.index)), "infiniband", ib.rec.RDMA[0], "ports", "1", "state")
 	n.sys.WriteFile(state, "1: DOWN")
 	m.Sweep(context.Background())
 	if got := status("drifted"); got != 1 {
@@ -585,4 +571,8 @@ func TestPortBackAfterACheckSawItDown(t *testing.T) {
 	if !a.ports.changed() {
 		t.Fatal("the poller sees no change when the port is back: the recovery waits for the next sweep")
 	}
+}
+
+func requireRoot(t *testing.T) {
+	testutil.RequireRoot(t, "makes network namespaces and veth stand-ins for VFs")
 }

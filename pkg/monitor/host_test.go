@@ -15,6 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
@@ -65,9 +66,9 @@ func TestHostCleanup(t *testing.T) {
 		"rail5",       // 6: the monitor saw its attachment, named rail5 in its pod, go
 	}
 	for i, name := range names {
-		sys.AddVF(testPF, i, vfAddr(i), sysfstest.Device{NetDev: name})
+		sys.AddVF(testPF, i, testutil.VFAddr(i), sysfstest.Device{NetDev: name})
 	}
-	stable := func(i int) string { return "vf-" + config.PCIToName(vfAddr(i)) }
+	stable := func(i int) string { return "vf-" + config.PCIToName(testutil.VFAddr(i)) }
 	host := harness.NewNetns(t)
 	err := host.Do(func(ns.NetNS) error {
 		for i, name := range names {
@@ -92,7 +93,7 @@ func TestHostCleanup(t *testing.T) {
 		t.Fatal(err)
 	}
 	linkDir := t.TempDir()
-	link := fmt.Sprintf("[Match]\nPath=pci-%s\n\n[Link]\nName=ib0v0\nAlternativeName=%s\n", vfAddr(0), stable(0))
+	link := fmt.Sprintf("[Match]\nPath=pci-%s\n\n[Link]\nName=ib0v0\nAlternativeName=%s\n", testutil.VFAddr(0), stable(0))
 	if err := os.WriteFile(filepath.Join(linkDir, "10-sriov-stable-vf.link"), []byte(link), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -101,12 +102,12 @@ func TestHostCleanup(t *testing.T) {
 	live := harness.NewNetns(t)
 	gone := filepath.Join(t.TempDir(), "gone")
 	seenGo := []*state.Record{
-		{Network: "rail", ContainerID: "went1", IfName: "net1", Netns: gone, PCI: vfAddr(1), AltName: stable(1)},
-		{Network: "rail", ContainerID: "went6", IfName: "rail5", Netns: gone, PCI: vfAddr(6), AltName: stable(6)},
+		{Network: "rail", ContainerID: "went1", IfName: "net1", Netns: gone, PCI: testutil.VFAddr(1), AltName: stable(1)},
+		{Network: "rail", ContainerID: "went6", IfName: "rail5", Netns: gone, PCI: testutil.VFAddr(6), AltName: stable(6)},
 	}
 	for _, r := range append([]*state.Record{
-		{Network: "rail", ContainerID: "gone", IfName: "net1", Netns: gone, PCI: vfAddr(0), AltName: "rail0"},
-		{Network: "rail", ContainerID: "live", IfName: "rail7", Netns: live.Path(), PCI: vfAddr(2), AltName: stable(2)},
+		{Network: "rail", ContainerID: "gone", IfName: "net1", Netns: gone, PCI: testutil.VFAddr(0), AltName: "rail0"},
+		{Network: "rail", ContainerID: "live", IfName: "rail7", Netns: live.Path(), PCI: testutil.VFAddr(2), AltName: stable(2)},
 	}, seenGo...) {
 		r.Created = time.Now()
 		if err := f.store.Save(r); err != nil {
@@ -127,13 +128,13 @@ func TestHostCleanup(t *testing.T) {
 	}
 	f.mon.Sweep(t.Context())
 	want := map[string][]string{
-		"ib0v0":                       {stable(0)},
-		vfnet.FallbackName(vfAddr(1)): {},
-		"net2":                        {},
-		"ibp24s0f0v3":                 {stable(3)},
-		"rail7":                       {},
-		"net3":                        {"net4"},
-		vfnet.FallbackName(vfAddr(6)): {},
+		"ib0v0":                                {stable(0)},
+		vfnet.FallbackName(testutil.VFAddr(1)): {},
+		"net2":                                 {},
+		"ibp24s0f0v3":                          {stable(3)},
+		"rail7":                                {},
+		"net3":                                 {"net4"},
+		vfnet.FallbackName(testutil.VFAddr(6)): {},
 	}
 	for i := range names {
 		want[fmt.Sprintf("peer%d", i)] = []string{}
@@ -151,10 +152,10 @@ func TestHostCleanup(t *testing.T) {
 	heardRepairs := heard.repairs()
 	sort.Strings(heardRepairs)
 	wantHeard := []string{
-		vfAddr(0) + " host: removed altname rail0 from net1",
-		vfAddr(0) + " host: renamed net1 to ib0v0, from the .link file 10-sriov-stable-vf.link",
-		vfAddr(1) + " host: renamed dev7 to " + vfnet.FallbackName(vfAddr(1)) + ", from the PCI address",
-		vfAddr(6) + " host: renamed rail5 to " + vfnet.FallbackName(vfAddr(6)) + ", from the PCI address",
+		testutil.VFAddr(0) + " host: removed altname rail0 from net1",
+		testutil.VFAddr(0) + " host: renamed net1 to ib0v0, from the .link file 10-sriov-stable-vf.link",
+		testutil.VFAddr(1) + " host: renamed dev7 to " + vfnet.FallbackName(testutil.VFAddr(1)) + ", from the PCI address",
+		testutil.VFAddr(6) + " host: renamed rail5 to " + vfnet.FallbackName(testutil.VFAddr(6)) + ", from the PCI address",
 	}
 	if diff := cmp.Diff(wantHeard, heardRepairs); diff != "" {
 		t.Errorf("notifiers heard (-want +got):\n%s", diff)

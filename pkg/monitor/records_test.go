@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 )
 
@@ -52,7 +53,7 @@ func removeOneByOne(t *testing.T, n int) time.Duration {
 	keys := make([]state.Key, n)
 	for i := range n {
 		r := record("ib-a", fmt.Sprintf("c%05d", i), gone)
-		r.PCI = vfAddr(i)
+		r.PCI = testutil.VFAddr(i)
 		if err := store.Save(r); err != nil {
 			t.Fatal(err)
 		}

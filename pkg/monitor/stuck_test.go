@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
@@ -154,14 +155,14 @@ func TestStuckListsAtMostTwentyLines(t *testing.T) {
 	var outcomes []outcome
 	for i := range 30 {
 		rec := record("ib-a", "c"+string(rune('a'+i)), "/run/netns/pod")
-		rec.PCI = vfAddr(i)
+		rec.PCI = testutil.VFAddr(i)
 		recs, outcomes = append(recs, rec), append(outcomes, outcome{err: errors.New("boom")})
 	}
 	f.mon.apply(recs, outcomes, now)
 	f.mon.doctorBusy.t.Store(now.Add(-time.Minute).UnixNano())
 	lines := f.mon.Stuck()
 	if len(lines) != maxStuckLines || !strings.HasPrefix(lines[0], "stuck: the node doctor has been running for 1m") ||
-		!strings.HasPrefix(lines[1], "unchecked: VF "+vfAddr(0)+" (network ib-a, container ca, ifname net1, netns /run/netns/pod): boom") ||
+		!strings.HasPrefix(lines[1], "unchecked: VF "+testutil.VFAddr(0)+" (network ib-a, container ca, ifname net1, netns /run/netns/pod): boom") ||
 		lines[len(lines)-1] != "… and 12 more" {
 		t.Errorf("Stuck() = %q", lines)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/plugin"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
@@ -39,20 +40,6 @@ type fixture struct {
 	stateDir string
 	logFile  string
 	store    *state.Store
-}
-
-// requireRoot skips a test that needs network namespaces when not root,
-// and fails it in CI, which runs as root and must not skip it.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	const why = "needs root: makes network namespaces and veth stand-ins for VFs"
-	if os.Getenv("CI") != "" {
-		t.Fatal(why + "; CI runs as root and must not skip it")
-	}
-	t.Skip(why + " (CI runs as root and must not skip it)")
 }
 
 // dgx is a DGX H200 fixture sysfs shared by the cases of one test:
@@ -505,4 +492,8 @@ func (f *fixture) wantOneWarning(t *testing.T, subs ...string) {
 // VF GUID attribute shows through the VF's RDMA device.
 func (f *fixture) setNodeGUID(guid string) {
 	f.sys.WriteFile(filepath.Join(f.sys.RDMAPath(f.vf.PCI, f.vf.RDMA), "node_guid"), guid)
+}
+
+func requireRoot(t *testing.T) {
+	testutil.RequireRoot(t, "makes network namespaces and veth stand-ins for VFs")
 }

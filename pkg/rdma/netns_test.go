@@ -13,22 +13,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 )
-
-// requireRoot skips a test that needs network namespaces when not root,
-// and fails it in CI, which runs as root and must not skip it.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	const why = "needs root: makes network namespaces and sysfs instances in them"
-	if os.Getenv("CI") != "" {
-		t.Fatal(why + "; CI runs as root and must not skip it")
-	}
-	t.Skip(why + " (CI runs as root and must not skip it)")
-}
 
 func newNetns(t testing.TB) ns.NetNS {
 	t.Helper()
@@ -173,4 +160,8 @@ func BenchmarkFindInNetns(b *testing.B) {
 		}
 		l.Close()
 	}
+}
+
+func requireRoot(t *testing.T) {
+	testutil.RequireRoot(t, "makes network namespaces and sysfs instances in them")
 }

@@ -1,0 +1,54 @@
+// Package testutil is what the project's tests share and no product code
+// imports: the one policy for tests that need root, and the fixture's VF
+// addresses. (The netns and stand-in makers live in integration/harness.)
+package testutil
+
+import (
+	"fmt"
+	"os"
+)
+
+// TB is the part of testing.TB these helpers use.
+type TB interface {
+	Helper()
+	Skip(args ...any)
+	Fatal(args ...any)
+}
+
+// RequireRoot ends a test that needs root when it runs without: a skip
+// naming why, except in CI (CI set), which runs as root, where not running
+// is a failure: CI must not skip a privileged test.
+func RequireRoot(tb TB, why string) {
+	tb.Helper()
+	switch rootPolicy(os.Geteuid(), os.Getenv("CI")) {
+	case fail:
+		tb.Fatal("needs root: " + why + "; CI runs as root and must not skip it")
+	case skip:
+		tb.Skip("needs root: " + why + " (CI runs as root and must not skip it)")
+	}
+}
+
+type verdict int
+
+const (
+	run verdict = iota
+	skip
+	fail
+)
+
+// rootPolicy is RequireRoot's rule: run as root; else fail in CI, skip
+// elsewhere.
+func rootPolicy(euid int, ci string) verdict {
+	switch {
+	case euid == 0:
+		return run
+	case ci != "":
+		return fail
+	}
+	return skip
+}
+
+// VFAddr is the PCI address of VF i of the fixtures' PF 0000:18:00.0,
+// numbered as mlx5 numbers a ConnectX-7's VFs after its two PFs (ARI
+// functions 2, 3, …): VF 0 is 0000:18:00.2, VF 6 is 0000:18:01.0.
+func VFAddr(i int) string { return fmt.Sprintf("0000:18:%02x.%x", (i+2)/8, (i+2)%8) }
