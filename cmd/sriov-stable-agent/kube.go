@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -25,6 +26,7 @@ type kubeFlags struct {
 	inCluster    *bool
 	nodeName     *string
 	taintOnError *bool
+	taintEffect  *string
 }
 
 func addKubeFlags(fs *flag.FlagSet) *kubeFlags {
@@ -34,6 +36,8 @@ func addKubeFlags(fs *flag.FlagSet) *kubeFlags {
 		inCluster:    fs.Bool("in-cluster", false, "tell Kubernetes, with the pod's service account (deploy/kube-reporting)"),
 		nodeName:     fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name in Kubernetes (default $NODE_NAME, from the downward API)"),
 		taintOnError: fs.Bool("taint-on-error", false, "taint the node "+kubereport.TaintKey+":NoSchedule while the doctor reports an error"),
+		taintEffect: fs.String("device-taint-effect", "NoSchedule", "effect of the per-VF device taints: NoSchedule keeps the scheduler "+
+			"from allocating an unhealthy VF, None only marks it (Kubernetes 1.35 and later)"),
 	}
 }
 
@@ -82,7 +86,7 @@ func (f *kubeFlags) start(ctx context.Context, cfg *monitor.Config, log *slog.Lo
 		return func() {}, fmt.Errorf("kubernetes client: %w", err)
 	}
 	rep, err := kubereport.Start(ctx, kubereport.Config{Client: client, NodeName: *f.nodeName, TaintOnError: *f.taintOnError,
-		SysfsRoot: cfg.SysfsRoot, Logger: log})
+		DeviceTaintEffect: resourcev1.DeviceTaintEffect(*f.taintEffect), SysfsRoot: cfg.SysfsRoot, Logger: log})
 	if err != nil {
 		return func() {}, err
 	}

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
@@ -51,7 +52,13 @@ func TestS11RBAC(t *testing.T) {
 	// Patches that change nothing: allowed or refused, they leave the node as it is.
 	noop := []byte(`{}`)
 	allowed := []request{
-		{"get its node", func() error { _, err := agent.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{}); return err }},
+		{"list its node", func() error {
+			_, err := agent.CoreV1().Nodes().List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + nodeName})
+			return err
+		}},
+		{"watch its node", func() error {
+			return watchOnce(agent.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + nodeName}))
+		}},
 		{"patch nodes/status", func() error { _, err := agent.CoreV1().Nodes().PatchStatus(ctx, nodeName, noop); return err }},
 		{"create an event", func() error {
 			var err error
@@ -66,6 +73,12 @@ func TestS11RBAC(t *testing.T) {
 		{"list ResourceSlices", func() error {
 			_, err := agent.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeName})
 			return err
+		}},
+		{"watch ResourceSlices", func() error {
+			return watchOnce(agent.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeName}))
+		}},
+		{"watch DeviceTaintRules", func() error {
+			return watchOnce(agent.ResourceV1().DeviceTaintRules().Watch(ctx, metav1.ListOptions{}))
 		}},
 		{"list DeviceTaintRules", func() error {
 			_, err := agent.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{})
@@ -147,6 +160,14 @@ func TestS11RBAC(t *testing.T) {
 	agentLogClean(t, ds)
 }
 
+// watchOnce ends a watch that was allowed and returns whether it was.
+func watchOnce(w watch.Interface, err error) error {
+	if err == nil {
+		w.Stop()
+	}
+	return err
+}
+
 type request struct {
 	what string
 	do   func() error
@@ -161,7 +182,7 @@ func (c *cluster) deniedRequests(ctx context.Context, agent kubernetes.Interface
 			_, err := agent.CoreV1().Nodes().Patch(ctx, nodeName, types.MergePatchType, noop, metav1.PatchOptions{})
 			return err
 		}},
-		{"list nodes", func() error { _, err := agent.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); return err }},
+		{"get a node", func() error { _, err := agent.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{}); return err }},
 		{"update nodes/status", func() error {
 			_, err := agent.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
 			return err
@@ -187,13 +208,6 @@ func (c *cluster) deniedRequests(ctx context.Context, agent kubernetes.Interface
 		}},
 		{"get a ResourceSlice", func() error {
 			_, err := agent.ResourceV1().ResourceSlices().Get(ctx, "rbac-probe", metav1.GetOptions{})
-			return err
-		}},
-		{"watch ResourceSlices", func() error {
-			w, err := agent.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{})
-			if err == nil {
-				w.Stop()
-			}
 			return err
 		}},
 		{"create a ResourceSlice", func() error {

@@ -14,7 +14,6 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -140,7 +139,7 @@ func normalPCI(s string) string {
 
 // desiredRules is the DeviceTaintRule each problem of each device needs,
 // by name.
-func desiredRules(node, nodeUID string, devs []device, problems map[string]map[string]problem) map[string]*resourcev1.DeviceTaintRule {
+func desiredRules(node, nodeUID string, effect resourcev1.DeviceTaintEffect, devs []device, problems map[string]map[string]problem) map[string]*resourcev1.DeviceTaintRule {
 	out := map[string]*resourcev1.DeviceTaintRule{}
 	for _, d := range devs {
 		for key, p := range problems[d.pci] {
@@ -152,7 +151,7 @@ func desiredRules(node, nodeUID string, devs []device, problems map[string]map[s
 				},
 				Spec: resourcev1.DeviceTaintRuleSpec{
 					DeviceSelector: &resourcev1.DeviceTaintSelector{Driver: &d.driver, Pool: &d.pool, Device: &d.name},
-					Taint:          resourcev1.DeviceTaint{Key: key, Value: p.value, Effect: resourcev1.DeviceTaintEffectNoSchedule},
+					Taint:          resourcev1.DeviceTaint{Key: key, Value: p.value, Effect: effect},
 				},
 			}
 			if nodeUID != "" {
@@ -191,43 +190,49 @@ func labelValue(s string) string {
 // ResourceSlices publish, and none for healthy VFs. Without DRA (no
 // ResourceSlice of the node, or the API not served) there is nothing to do.
 func (r *Reporter) syncDevices(ctx context.Context, rep *doctor.Report) error {
-	res := r.cfg.Client.ResourceV1()
-	sel := fields.OneTermEqualSelector("spec.nodeName", r.cfg.NodeName).String()
-	sl, err := res.ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel})
-	if r.unserved("resourceslices", err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("list the ResourceSlices of node %s: %w", r.cfg.NodeName, err)
-	}
-	own := labels.SelectorFromSet(labels.Set{labelManagedBy: Component, labelNode: labelValue(r.cfg.NodeName)}).String()
-	existing, err := res.DeviceTaintRules().List(ctx, metav1.ListOptions{LabelSelector: own})
-	if r.unserved("devicetaintrules", err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("list the DeviceTaintRules of node %s: %w", r.cfg.NodeName, err)
-	}
-	if r.nodeUID == "" && len(sl.Items) > 0 {
-		if n, err := r.cfg.Client.CoreV1().Nodes().Get(ctx, r.cfg.NodeName, metav1.GetOptions{}); err == nil {
-			r.nodeUID = string(n.UID)
+	if r.dra == nil {
+		if err := r.startDRA(ctx); err != nil {
+			return err
 		}
 	}
-	want := desiredRules(r.cfg.NodeName, r.nodeUID, pciDevices(sl.Items), vfProblems(rep, r.vfsOf))
+	if r.ruleAt == nil {
+		return nil // not served: the node condition alone
+	}
+	if !r.nodes.HasSynced() || !r.slices.HasSynced() || !r.rules.HasSynced() {
+		return errCacheSyncing
+	}
+	var published []resourcev1.ResourceSlice
+	for _, obj := range r.slices.GetStore().List() {
+		if s := obj.(*resourcev1.ResourceSlice); s.Spec.NodeName != nil && *s.Spec.NodeName == r.cfg.NodeName {
+			published = append(published, *s)
+		}
+	}
+	own := labels.SelectorFromSet(labels.Set{labelManagedBy: Component, labelNode: labelValue(r.cfg.NodeName)})
+	var existing []*resourcev1.DeviceTaintRule
+	for _, obj := range r.rules.GetStore().List() {
+		cur, err := r.ruleAt.asV1(obj)
+		if err != nil {
+			return err
+		}
+		if own.Matches(labels.Set(cur.Labels)) {
+			existing = append(existing, cur)
+		}
+	}
+	uid := ""
+	if len(published) > 0 {
+		uid = r.nodeUID()
+	}
+	want := desiredRules(r.cfg.NodeName, uid, r.cfg.DeviceTaintEffect, pciDevices(published), vfProblems(rep, r.vfsOf))
 	var errs []error
 	have := map[string]bool{}
-	for i := range existing.Items {
-		cur := &existing.Items[i]
+	for _, cur := range existing {
 		have[cur.Name] = true
 		w, keep := want[cur.Name]
 		switch {
 		case !keep:
 			errs = append(errs, r.deleteRule(ctx, cur))
 		case !sameRule(cur, w):
-			w.ResourceVersion = cur.ResourceVersion
-			if _, err := res.DeviceTaintRules().Update(ctx, w, metav1.UpdateOptions{FieldManager: Component}); err != nil {
-				errs = append(errs, fmt.Errorf("update DeviceTaintRule %s: %w", w.Name, err))
-			}
+			errs = append(errs, r.updateRule(ctx, cur, w))
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(want)) {
@@ -238,23 +243,47 @@ func (r *Reporter) syncDevices(ctx context.Context, rep *doctor.Report) error {
 	return errors.Join(errs...)
 }
 
-// unserved reports (and logs once) that the API server does not serve a
-// DRA resource, as err says: a cluster without DRA or without device taints
-// (before Kubernetes 1.37 DeviceTaintRule is not in resource.k8s.io/v1).
-func (r *Reporter) unserved(resource string, err error) bool {
-	if !apierrors.IsNotFound(err) {
-		if err == nil && r.notServed[resource] {
-			delete(r.notServed, resource)
-			r.log.Info("the API server serves "+resource+" (resource.k8s.io/v1) now", "node", r.cfg.NodeName)
-		}
-		return false
+// startDRA discovers which of ResourceSlices and DeviceTaintRules the API
+// server serves and, when it serves both, starts watching the node's
+// slices and the agent's rules. Without them it says so once: the node
+// condition alone tells the cluster.
+func (r *Reporter) startDRA(ctx context.Context) error {
+	api, err := discoverDRA(ctx, r.cfg.Client.Discovery())
+	if err != nil {
+		return err
 	}
-	if !r.notServed[resource] {
-		r.notServed[resource] = true
-		r.log.Info("the API server does not serve "+resource+" (resource.k8s.io/v1): no per-VF device taints",
+	r.dra = &api
+	switch {
+	case !api.slices:
+		r.log.Info("the API server does not serve resourceslices (resource.k8s.io/v1, Kubernetes 1.34 and later): no per-VF device taints",
 			"node", r.cfg.NodeName)
+		return nil
+	case api.rules == "":
+		r.log.Info("the API server does not serve devicetaintrules (resource.k8s.io "+strings.Join(ruleVersions, ", ")+
+			"): no per-VF device taints, the node condition alone", "node", r.cfg.NodeName)
+		return nil
 	}
-	return true
+	r.ruleAt = rulesAt(r.cfg.Client, api.rules)
+	own := labels.SelectorFromSet(labels.Set{labelManagedBy: Component, labelNode: labelValue(r.cfg.NodeName)}).String()
+	r.slices = r.watch(ctx, sliceListWatch(r.cfg.Client, r.cfg.NodeName), &resourcev1.ResourceSlice{}, keyDevices)
+	r.rules = r.watch(ctx, r.ruleAt.listWatch(own), r.ruleAt.example(), keyDevices)
+	r.log.Info("watching the node's ResourceSlices and its DeviceTaintRules", "node", r.cfg.NodeName,
+		"deviceTaintRules", resourcev1.GroupName+"/"+api.rules)
+	return nil
+}
+
+// cachedRule is the rule of that name as the watch last saw it, nil when it
+// saw none.
+func (r *Reporter) cachedRule(name string) *resourcev1.DeviceTaintRule {
+	obj, ok, err := r.rules.GetStore().GetByKey(name)
+	if err != nil || !ok {
+		return nil
+	}
+	rule, err := r.ruleAt.asV1(obj)
+	if err != nil {
+		return nil
+	}
+	return rule
 }
 
 func (r *Reporter) vfsOf(pf string) []string {
@@ -280,13 +309,14 @@ func ptrEq(a, b *string) bool { return a != nil && b != nil && *a == *b }
 //
 // Equivalent to: kubectl create -f devicetaintrule.yaml
 func (r *Reporter) createRule(ctx context.Context, rule *resourcev1.DeviceTaintRule) error {
-	_, err := r.cfg.Client.ResourceV1().DeviceTaintRules().Create(ctx, rule, metav1.CreateOptions{FieldManager: Component})
+	_, err := r.ruleAt.create(ctx, rule)
 	if apierrors.IsAlreadyExists(err) {
-		return nil // created by an earlier attempt whose answer was lost; the next sync compares it
+		return nil // created by an earlier attempt whose answer was lost; the watch brings it to compare
 	}
 	if err != nil {
 		return fmt.Errorf("create DeviceTaintRule %s: %w", rule.Name, err)
 	}
+	seeWrite(ctx, func() bool { return r.cachedRule(rule.Name) != nil })
 	t := rule.Spec.Taint
 	taint := t.Key + "=" + t.Value + ":" + string(t.Effect)
 	msg := fmt.Sprintf("VF %s (device %s of driver %s, pool %s) tainted %s by DeviceTaintRule %s: %s",
@@ -298,18 +328,33 @@ func (r *Reporter) createRule(ctx context.Context, rule *resourcev1.DeviceTaintR
 	return nil
 }
 
+// updateRule rewrites a rule whose finding changed (the message, the
+// effect), at the version the watch saw.
+func (r *Reporter) updateRule(ctx context.Context, cur, want *resourcev1.DeviceTaintRule) error {
+	want = want.DeepCopy()
+	want.ResourceVersion = cur.ResourceVersion
+	out, err := r.ruleAt.update(ctx, want)
+	if err != nil {
+		return fmt.Errorf("update DeviceTaintRule %s: %w", want.Name, err)
+	}
+	seeWrite(ctx, func() bool {
+		c := r.cachedRule(want.Name)
+		return c == nil || c.ResourceVersion == out.ResourceVersion || sameRule(c, want)
+	})
+	return nil
+}
+
 // deleteRule deletes a rule whose VF is healthy again (or no longer
 // published) and tells the node's events.
 func (r *Reporter) deleteRule(ctx context.Context, rule *resourcev1.DeviceTaintRule) error {
-	err := r.cfg.Client.ResourceV1().DeviceTaintRules().Delete(ctx, rule.Name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: &rule.UID},
-	})
+	err := r.ruleAt.delete(ctx, rule.Name, rule.UID)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("delete DeviceTaintRule %s: %w", rule.Name, err)
 	}
+	seeWrite(ctx, func() bool { c := r.cachedRule(rule.Name); return c == nil || c.UID != rule.UID })
 	t := rule.Spec.Taint
 	taint := t.Key + "=" + t.Value + ":" + string(t.Effect)
 	device := ""

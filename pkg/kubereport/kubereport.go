@@ -12,11 +12,14 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
@@ -53,6 +56,10 @@ type Config struct {
 	// TaintOnError keeps TaintKey (NoSchedule) on the node while the doctor
 	// reports an error; it needs patch on nodes.
 	TaintOnError bool
+	// DeviceTaintEffect is the effect of the device taints: NoSchedule (the
+	// default) keeps the scheduler from allocating the VF, None only marks
+	// it (Kubernetes 1.35 and later).
+	DeviceTaintEffect resourcev1.DeviceTaintEffect
 	// SysfsRoot is where the doctor reads sysfs: a PF's port finding makes
 	// each of its VFs unhealthy.
 	SysfsRoot string
@@ -62,8 +69,12 @@ type Config struct {
 // Reporter implements monitor.Notifier. Pod events are queued by client-go's
 // event broadcaster; the node condition, the node taint and the device taint
 // rules are written by one worker from the latest doctor report, retried
-// with backoff when the API server is unreachable. No call blocks the
-// monitor.
+// with backoff when the API server is unreachable. What the API server
+// holds of them the reporter learns by watching (informers on its node, the
+// ResourceSlices of its node and its own DeviceTaintRules), so a report
+// that changes nothing costs no request, and a change someone else makes
+// (a rule deleted, a slice published) is put right at once. No call
+// blocks the monitor.
 type Reporter struct {
 	cfg         Config
 	log         *slog.Logger
@@ -71,17 +82,25 @@ type Reporter struct {
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
 	queue       workqueue.TypedRateLimitingInterface[string]
+	stop        context.CancelFunc
+	started     time.Time
 	done        chan struct{}
+	informers   sync.WaitGroup
 
 	mu     sync.Mutex
 	report *doctor.Report // the latest doctor report, nil before the first
+	gen    uint64         // how many reports came
+	synced map[string]uint64
 	// errs remembers each key's last error, so a failure that repeats on
 	// every retry is logged once.
 	errs map[string]string
 
 	// The worker's own state.
-	nodeUID   string          // once read: events on the node, the rules' owner
-	notServed map[string]bool // DRA resources the API server does not serve
+	nodes  cache.SharedIndexInformer // the node, by name
+	dra    *draAPI                   // what is served, once discovered
+	slices cache.SharedIndexInformer // the node's ResourceSlices, once discovered
+	rules  cache.SharedIndexInformer // the agent's rules of the node, once discovered
+	ruleAt ruleAPI
 }
 
 // Work items of the worker.
@@ -90,8 +109,20 @@ const (
 	keyDevices = "devices" // device taint rules
 )
 
-// Start validates cfg, starts recording events and the worker, and returns
-// the reporter; Stop ends them.
+// errCacheSyncing makes the worker look at a key again shortly: an
+// informer it needs has not listed yet.
+var errCacheSyncing = errors.New("the watch has not listed yet")
+
+// cacheRetry is how soon a key whose informer is still listing is looked at
+// again (in the agent's memory: no request); after listGrace the wait is
+// worth a warning.
+const (
+	cacheRetry = 50 * time.Millisecond
+	listGrace  = 3 * time.Second
+)
+
+// Start validates cfg, starts recording events, watching and the worker, and
+// returns the reporter; Stop ends them.
 func Start(ctx context.Context, cfg Config) (*Reporter, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("kubernetes reporting: no client")
@@ -99,42 +130,56 @@ func Start(ctx context.Context, cfg Config) (*Reporter, error) {
 	if cfg.NodeName == "" {
 		return nil, errors.New("kubernetes reporting: the node name is empty (set --node-name or NODE_NAME from the downward API's spec.nodeName)")
 	}
+	switch cfg.DeviceTaintEffect {
+	case "":
+		cfg.DeviceTaintEffect = resourcev1.DeviceTaintEffectNoSchedule
+	case resourcev1.DeviceTaintEffectNoSchedule, resourcev1.DeviceTaintEffectNone:
+	default:
+		return nil, fmt.Errorf("kubernetes reporting: device taint effect %q: want %s or %s (NoExecute would evict running pods; the agent never does)",
+			cfg.DeviceTaintEffect, resourcev1.DeviceTaintEffectNoSchedule, resourcev1.DeviceTaintEffectNone)
+	}
 	if cfg.SysfsRoot == "" {
 		cfg.SysfsRoot = "/sys"
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	ctx, stop := context.WithCancel(ctx)
 	r := &Reporter{
-		cfg:  cfg,
-		log:  cfg.Logger,
-		sys:  sysfs.Reader{Root: cfg.SysfsRoot},
-		done: make(chan struct{}),
+		cfg:     cfg,
+		log:     cfg.Logger,
+		sys:     sysfs.Reader{Root: cfg.SysfsRoot},
+		stop:    stop,
+		started: time.Now(),
+		done:    make(chan struct{}),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "sriov-stable-kubereport"}),
-		errs:      map[string]string{},
-		notServed: map[string]bool{},
+		synced: map[string]uint64{},
+		errs:   map[string]string{},
 	}
 	r.broadcaster = record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{
 		BurstSize: eventBurst, QPS: eventQPS,
 	}))
 	r.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.Client.CoreV1().Events("")})
 	r.recorder = r.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component, Host: cfg.NodeName})
+	r.nodes = r.watch(ctx, nodeListWatch(cfg.Client, cfg.NodeName), &corev1.Node{}, keyNode)
 	go func() {
 		<-ctx.Done()
 		r.queue.ShutDown()
 	}()
 	go r.work(ctx)
 	r.log.Info("telling Kubernetes: pod events, node condition and device taints", "node", cfg.NodeName,
-		"condition", string(ConditionType), "taintOnError", cfg.TaintOnError)
+		"condition", string(ConditionType), "taintOnError", cfg.TaintOnError, "deviceTaintEffect", string(cfg.DeviceTaintEffect))
 	return r, nil
 }
 
-// Stop drops what is still queued, waits for the worker's current write and
-// stops the event broadcaster.
+// Stop drops what is still queued, waits for the worker's current write,
+// stops watching and stops the event broadcaster.
 func (r *Reporter) Stop() {
 	r.queue.ShutDown()
 	<-r.done
+	r.stop()
+	r.informers.Wait()
 	r.broadcaster.Shutdown()
 }
 
@@ -143,15 +188,24 @@ func (r *Reporter) Stop() {
 func (r *Reporter) Doctor(rep *doctor.Report) {
 	r.mu.Lock()
 	r.report = rep
+	r.gen++
 	r.mu.Unlock()
 	r.queue.Add(keyNode)
 	r.queue.Add(keyDevices)
 }
 
-func (r *Reporter) latest() *doctor.Report {
+func (r *Reporter) latest() (*doctor.Report, uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.report
+	return r.report, r.gen
+}
+
+// syncedReports is how many reports key's last sync had seen (tests wait
+// on it).
+func (r *Reporter) syncedReports(key string) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.synced[key]
 }
 
 func (r *Reporter) work(ctx context.Context) {
@@ -161,24 +215,34 @@ func (r *Reporter) work(ctx context.Context) {
 		if quit {
 			return
 		}
-		err := r.sync(ctx, key)
+		rep, gen := r.latest()
+		err := r.sync(ctx, key, rep)
 		switch {
 		case ctx.Err() != nil: // stopping: the error says only that
+		case errors.Is(err, errCacheSyncing):
+			if time.Since(r.started) > listGrace {
+				r.noteResult(key, fmt.Errorf("the watch of node %s and its devices has not listed them within %s of the start (is the API server reachable?)",
+					r.cfg.NodeName, listGrace))
+			}
+			r.queue.Forget(key)
+			r.queue.AddAfter(key, cacheRetry)
 		case err != nil:
 			r.noteResult(key, err)
 			r.queue.AddRateLimited(key)
 		default:
 			r.noteResult(key, nil)
 			r.queue.Forget(key)
+			r.mu.Lock()
+			r.synced[key] = gen
+			r.mu.Unlock()
 		}
 		r.queue.Done(key)
 	}
 }
 
-func (r *Reporter) sync(ctx context.Context, key string) error {
-	rep := r.latest()
+func (r *Reporter) sync(ctx context.Context, key string, rep *doctor.Report) error {
 	if rep == nil {
-		return nil
+		return nil // nothing to say before the first doctor run
 	}
 	switch key {
 	case keyNode:

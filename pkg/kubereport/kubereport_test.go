@@ -179,7 +179,7 @@ func TestDesiredRules(t *testing.T) {
 			DeviceTaintPortState: {value: "not-active", message: "port 1 is DOWN"}},
 		"0000:99:00.0": {DeviceTaintGUID: {value: "invalid", message: "not published: no rule"}},
 	}
-	got := desiredRules("sriov-e2e-node", "uid-1", devs, problems)
+	got := desiredRules("sriov-e2e-node", "uid-1", resourcev1.DeviceTaintEffectNoSchedule, devs, problems)
 	if len(got) != 2 {
 		t.Fatalf("%d rules, want 2 (one per problem of the published unhealthy VF): %v", len(got), got)
 	}
@@ -209,6 +209,11 @@ func TestDesiredRules(t *testing.T) {
 		changed.Spec.Taint.Value = "duplicate"
 		if sameRule(changed, rule) {
 			t.Errorf("rule %s with another taint value counts as the same", name)
+		}
+	}
+	for _, rule := range desiredRules("sriov-e2e-node", "uid-1", resourcev1.DeviceTaintEffectNone, devs, problems) {
+		if rule.Spec.Taint.Effect != resourcev1.DeviceTaintEffectNone {
+			t.Errorf("rule %s with the effect None configured: taint %+v", rule.Name, rule.Spec.Taint)
 		}
 	}
 	long := strings.Repeat("n", 250)

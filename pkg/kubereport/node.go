@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
 )
@@ -144,14 +143,16 @@ func nodeTaint(rep *doctor.Report) *corev1.Taint {
 }
 
 // syncNode brings the node's condition (and with TaintOnError its taint)
-// in line with the report, writing only what differs from what the node
-// has.
+// in line with the report, writing only what differs from what the watch
+// shows the node has.
 func (r *Reporter) syncNode(ctx context.Context, rep *doctor.Report) error {
-	node, err := r.cfg.Client.CoreV1().Nodes().Get(ctx, r.cfg.NodeName, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("read node %s: %w", r.cfg.NodeName, err)
+	if !r.nodes.HasSynced() {
+		return errCacheSyncing
 	}
-	r.nodeUID = string(node.UID)
+	node := r.cachedNode()
+	if node == nil {
+		return fmt.Errorf("node %s: the API server has no such node (is --node-name the downward API's spec.nodeName?)", r.cfg.NodeName)
+	}
 	want := nodeCondition(rep)
 	changed, err := r.patchCondition(ctx, node, want)
 	if err != nil {
@@ -159,7 +160,7 @@ func (r *Reporter) syncNode(ctx context.Context, rep *doctor.Report) error {
 	}
 	tainted := ""
 	if r.cfg.TaintOnError {
-		t, err := r.syncTaint(ctx, nodeTaint(rep))
+		t, err := r.syncTaint(ctx, r.cachedNode(), nodeTaint(rep))
 		if err != nil {
 			return err
 		}
@@ -181,7 +182,18 @@ func (r *Reporter) syncNode(ctx context.Context, rep *doctor.Report) error {
 }
 
 func (r *Reporter) nodeRef() *corev1.ObjectReference {
-	return &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: r.cfg.NodeName, UID: types.UID(r.nodeUID)}
+	return &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: r.cfg.NodeName, UID: types.UID(r.nodeUID())}
+}
+
+// hasCondition reports whether node's condition of want's type says what
+// want says (status, reason, message).
+func hasCondition(node *corev1.Node, want corev1.NodeCondition) (found, same bool) {
+	for _, c := range node.Status.Conditions {
+		if c.Type == want.Type {
+			return true, c.Status == want.Status && c.Reason == want.Reason && c.Message == want.Message
+		}
+	}
+	return false, false
 }
 
 // patchCondition writes the condition when its status, reason or message
@@ -190,17 +202,14 @@ func (r *Reporter) nodeRef() *corev1.ObjectReference {
 //
 // Equivalent to: kubectl patch node $NODE --subresource=status --type=strategic -p '{"status":{"conditions":[…]}}'
 func (r *Reporter) patchCondition(ctx context.Context, node *corev1.Node, want corev1.NodeCondition) (bool, error) {
+	if _, same := hasCondition(node, want); same {
+		return false, nil
+	}
 	now := metav1.NewTime(time.Now())
 	want.LastHeartbeatTime, want.LastTransitionTime = now, now
 	statusChanged := true
 	for _, c := range node.Status.Conditions {
-		if c.Type != ConditionType {
-			continue
-		}
-		if c.Status == want.Status && c.Reason == want.Reason && c.Message == want.Message {
-			return false, nil
-		}
-		if c.Status == want.Status {
+		if c.Type == ConditionType && c.Status == want.Status {
 			want.LastTransitionTime, statusChanged = c.LastTransitionTime, false
 		}
 	}
@@ -212,53 +221,61 @@ func (r *Reporter) patchCondition(ctx context.Context, node *corev1.Node, want c
 	if _, err := r.cfg.Client.CoreV1().Nodes().PatchStatus(ctx, r.cfg.NodeName, patch); err != nil {
 		return false, fmt.Errorf("set condition %s on node %s: %w", ConditionType, r.cfg.NodeName, err)
 	}
+	seeWrite(ctx, func() bool {
+		n := r.cachedNode()
+		_, same := hasCondition(n, want)
+		return n == nil || same
+	})
 	return statusChanged, nil
+}
+
+// hasTaint reports whether node's TaintKey taint is want (nil: none).
+func hasTaint(node *corev1.Node, want *corev1.Taint) bool {
+	i := slices.IndexFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == TaintKey })
+	switch {
+	case want == nil:
+		return i < 0
+	case i < 0:
+		return false
+	}
+	return node.Spec.Taints[i].MatchTaint(want) && node.Spec.Taints[i].Value == want.Value
 }
 
 // syncTaint puts want (nil: none) in place of the node's TaintKey taint,
 // leaving every other taint as it is. The taints are written whole with the
 // node's resourceVersion, so a concurrent change by anyone else (kubelet,
-// an operator) is never overwritten: the write fails and is redone on the
-// newer node. It returns the taint now on the node.
+// an operator) is never overwritten: the write fails with a conflict and
+// the worker redoes it on the newer node its watch brings. It returns the
+// taint now on the node.
 //
 // Equivalent to: kubectl taint node $NODE sriov-stable-cni.io/vf-unhealthy=$CHECK:NoSchedule (or …- to remove)
-func (r *Reporter) syncTaint(ctx context.Context, want *corev1.Taint) (*corev1.Taint, error) {
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		node, err := r.cfg.Client.CoreV1().Nodes().Get(ctx, r.cfg.NodeName, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		i := slices.IndexFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == TaintKey })
-		switch {
-		case want == nil && i < 0:
-			return nil
-		case want != nil && i >= 0 && node.Spec.Taints[i].MatchTaint(want) && node.Spec.Taints[i].Value == want.Value:
-			return nil
-		}
-		taints := slices.DeleteFunc(slices.Clone(node.Spec.Taints), func(t corev1.Taint) bool { return t.Key == TaintKey })
-		if want != nil {
-			taints = append(taints, *want)
-		}
-		patch, err := json.Marshal(map[string]any{
-			"metadata": map[string]any{"resourceVersion": node.ResourceVersion},
-			"spec":     map[string]any{"taints": taints},
-		})
-		if err != nil {
-			return err
-		}
-		if _, err := r.cfg.Client.CoreV1().Nodes().Patch(ctx, r.cfg.NodeName, types.MergePatchType, patch,
-			metav1.PatchOptions{FieldManager: Component}); err != nil {
-			return err
-		}
-		if want != nil {
-			r.log.Warn("node tainted while the doctor reports an error", "node", r.cfg.NodeName, "taint", want.ToString())
-		} else {
-			r.log.Info("node taint removed: no error finding left", "node", r.cfg.NodeName, "key", TaintKey)
-		}
-		return nil
+func (r *Reporter) syncTaint(ctx context.Context, node *corev1.Node, want *corev1.Taint) (*corev1.Taint, error) {
+	if node == nil || hasTaint(node, want) {
+		return want, nil
+	}
+	taints := slices.DeleteFunc(slices.Clone(node.Spec.Taints), func(t corev1.Taint) bool { return t.Key == TaintKey })
+	if want != nil {
+		taints = append(taints, *want)
+	}
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": node.ResourceVersion},
+		"spec":     map[string]any{"taints": taints},
 	})
 	if err != nil {
+		return nil, err
+	}
+	if _, err := r.cfg.Client.CoreV1().Nodes().Patch(ctx, r.cfg.NodeName, types.MergePatchType, patch,
+		metav1.PatchOptions{FieldManager: Component}); err != nil {
 		return nil, fmt.Errorf("set taint %s on node %s: %w", TaintKey, r.cfg.NodeName, err)
+	}
+	seeWrite(ctx, func() bool {
+		n := r.cachedNode()
+		return n == nil || hasTaint(n, want)
+	})
+	if want != nil {
+		r.log.Warn("node tainted while the doctor reports an error", "node", r.cfg.NodeName, "taint", want.ToString())
+	} else {
+		r.log.Info("node taint removed: no error finding left", "node", r.cfg.NodeName, "key", TaintKey)
 	}
 	return want, nil
 }

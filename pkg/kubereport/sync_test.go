@@ -7,18 +7,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -113,6 +111,7 @@ func testNodeObject(taints ...corev1.Taint) *corev1.Node {
 func newHarness(t *testing.T, cfg Config, prepare func(*fake.Clientset), objs ...runtime.Object) *harness {
 	t.Helper()
 	cs := fake.NewClientset(objs...)
+	cs.Resources = servedDRA("v1", "v1")
 	if prepare != nil {
 		prepare(cs)
 	}
@@ -196,15 +195,36 @@ func (h *harness) describeActions() string {
 }
 
 // round hands the reporter a doctor report and waits until the worker has
-// written the node for it and started on the devices (it lists the
-// ResourceSlices): rounds never coalesce, so each report is synced once.
-// The devices' writes of the last round are final after stop, or once the
-// next round returns.
+// synced the node and the devices with it: rounds never coalesce, so each
+// report is synced once. The devices' writes of the last round are final
+// after stop, or once the next round returns.
 func (h *harness) round(rep *doctor.Report) {
 	h.t.Helper()
-	before := h.count("list", "resourceslices", "")
 	h.r.Doctor(rep)
-	h.waitFor("the sync of a doctor report", func() bool { return h.count("list", "resourceslices", "") > before })
+	_, gen := h.r.latest()
+	h.waitFor("the sync of a doctor report", func() bool {
+		return h.r.syncedReports(keyNode) >= gen && h.r.syncedReports(keyDevices) >= gen
+	})
+}
+
+// servedDRA is the discovery of an API server that serves ResourceSlices
+// at slices and DeviceTaintRules at rules ("" for not at all).
+func servedDRA(slices, rules string) []*metav1.APIResourceList {
+	var out []*metav1.APIResourceList
+	for _, v := range []string{"v1", "v1beta2", "v1beta1", "v1alpha3"} {
+		l := &metav1.APIResourceList{GroupVersion: resourcev1.GroupName + "/" + v}
+		if v == slices {
+			l.APIResources = append(l.APIResources, metav1.APIResource{Name: "resourceslices", Kind: "ResourceSlice", Verbs: []string{"list", "watch"}})
+		}
+		if v == rules {
+			l.APIResources = append(l.APIResources, metav1.APIResource{Name: "devicetaintrules", Kind: "DeviceTaintRule",
+				Verbs: []string{"create", "delete", "list", "update", "watch"}})
+		}
+		if len(l.APIResources) > 0 {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // node is the node as the fake holds it now.
@@ -393,8 +413,17 @@ func TestDeviceTaintRuleCreatedAndDeleted(t *testing.T) {
 	gotEvents := h.nodeEvents(len(wantEvents))
 	h.stop()
 
-	if got := h.count("list", "resourceslices", ""); got != 3 {
-		t.Fatalf("%d device syncs, want 3 (one per report)", got)
+	// Watched, not polled: one LIST each when the reporter starts, no GET.
+	for _, resource := range []string{"nodes", "resourceslices", "devicetaintrules"} {
+		if got := h.count("list", resource, ""); got != 1 {
+			t.Errorf("%d lists of %s for 3 reports, want 1 (then watched)", got, resource)
+		}
+		if got := h.count("watch", resource, ""); got != 1 {
+			t.Errorf("%d watches of %s, want 1", got, resource)
+		}
+		if got := h.count("get", resource, ""); got != 0 {
+			t.Errorf("%d gets of %s, want none (the watch has them)", got, resource)
+		}
 	}
 	created := ""
 	for _, a := range h.cs.Actions() {
@@ -666,86 +695,160 @@ func TestPodEventsRateLimited(t *testing.T) {
 	}
 }
 
-// notFound is what the API server answers for a resource it does not
-// serve: 404, reason NotFound.
-func notFound(verb, resource string) error {
-	return apierrors.NewGenericServerResponse(http.StatusNotFound, verb,
-		schema.GroupResource{Group: resourcev1.GroupName, Resource: resource}, "", "", 0, false)
-}
-
-// TestDeviceTaintRulesNotServed: when the API server does not serve
-// DeviceTaintRules or ResourceSlices (404), the node condition is still
-// written, the agent says so once in its log and does not retry; when it
-// serves them again, the rules follow. A 404 on create is one log line while
-// the worker retries with backoff.
-func TestDeviceTaintRulesNotServed(t *testing.T) {
+// TestDeviceTaintRuleVersionDiscovered: the reporter writes its rules at
+// the newest DeviceTaintRule version the API server's discovery lists
+// (v1 on 1.37, v1beta2 on 1.36, v1alpha3 on 1.33 to 1.35) and nowhere else;
+// serving none (or no ResourceSlices at v1) leaves the node condition
+// alone, said once in the log, with no list, watch or retry of them.
+func TestDeviceTaintRuleVersionDiscovered(t *testing.T) {
 	n := sysfstest.NewDGXH200(t)
 	vf := n.PFs[0].VFs[0]
 	bad := doctor.Finding{Severity: doctor.SeverityError, Check: doctor.CheckGUIDInvalid, Subject: vf.PCI, Message: "zero GUID"}
 	worse := doctor.Finding{Severity: doctor.SeverityError, Check: doctor.CheckPortState, Subject: "0000:40:00.0", Message: "DOWN"}
-
-	for _, resource := range []string{"devicetaintrules", "resourceslices"} {
-		t.Run(resource+" not served", func(t *testing.T) {
-			var served atomic.Bool
+	for _, tc := range []struct {
+		name          string
+		slices, rules string
+		wantRules     string // the version written, "" for none
+		wantLog       string // the one line saying what is not served
+	}{
+		{"1.37 v1", "v1", "v1", "v1", ""},
+		{"1.36 v1beta2", "v1", "v1beta2", "v1beta2", ""},
+		{"1.35 v1alpha3", "v1", "v1alpha3", "v1alpha3", ""},
+		{"no DeviceTaintRule", "v1", "", "", "the API server does not serve devicetaintrules"},
+		{"no ResourceSlice at v1", "v1beta1", "v1alpha3", "", "the API server does not serve resourceslices"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, Config{SysfsRoot: n.Root}, func(cs *fake.Clientset) {
-				cs.PrependReactor("list", resource, func(k8stesting.Action) (bool, runtime.Object, error) {
-					if served.Load() {
-						return false, nil, nil
-					}
-					return true, nil, notFound("list", resource)
-				})
+				cs.Resources = servedDRA(tc.slices, tc.rules)
 			}, testNodeObject(), pciSlice("node-a-vfs", vf.PCI))
-
 			h.round(report(bad))
 			h.round(report(bad))
 			h.round(report(bad, worse))
-			if c := h.condition(); c == nil || c.Status != corev1.ConditionFalse || !strings.HasPrefix(c.Message, "2 errors") {
-				t.Errorf("condition %+v, want False for both errors", c)
+			if tc.wantRules != "" {
+				h.waitFor("the VF's rule", func() bool { return len(h.ruleNames(tc.wantRules)) == 1 })
 			}
-			if p := h.count("patch", "nodes", "status"); p != 2 {
-				t.Errorf("%d condition patches, want 2", p)
+			h.round(report())
+			if tc.wantRules != "" {
+				h.waitFor("the rule's removal", func() bool { return len(h.ruleNames(tc.wantRules)) == 0 })
 			}
-			served.Store(true)
-			h.round(report(bad, worse))
-			h.waitFor("the rule once served", func() bool { return len(h.ownRules()) == 1 })
 			h.stop()
 
-			if got := h.count("list", resource, ""); got != 4 {
-				t.Errorf("%d lists of %s, want 4 (one per report, no retries)", got, resource)
+			if c := h.condition(); c == nil || c.Status != corev1.ConditionTrue {
+				t.Errorf("condition %+v, want True after the healthy report", c)
 			}
-			if got := h.count("create", "devicetaintrules", ""); got != 1 {
-				t.Errorf("%d rules created, want 1 (once served)", got)
+			if p := h.count("patch", "nodes", "status"); p != 3 {
+				t.Errorf("%d condition patches, want 3 (one per change)", p)
 			}
-			if got := h.logs.count(t, slog.LevelInfo, "the API server does not serve "+resource); got != 1 {
-				t.Errorf("%d log lines saying %s is not served, want 1:\n%s", got, resource, h.logs)
+			var ruleActions []string
+			for _, a := range h.cs.Actions() {
+				if a.GetResource().Resource == "devicetaintrules" {
+					ruleActions = append(ruleActions, a.GetVerb()+" "+a.GetResource().Version)
+				}
 			}
-			if got := h.logs.count(t, slog.LevelInfo, "the API server serves "+resource); got != 1 {
-				t.Errorf("%d log lines saying %s is served again, want 1:\n%s", got, resource, h.logs)
+			want := []string(nil)
+			if v := tc.wantRules; v != "" {
+				want = []string{"list " + v, "watch " + v, "create " + v, "delete " + v}
+			}
+			if diff := cmp.Diff(want, ruleActions); diff != "" {
+				t.Errorf("DeviceTaintRule requests (-want +got):\n%s", diff)
+			}
+			if got := h.count("get", "resource", ""); got != len(ruleVersions) {
+				t.Errorf("%d discovery requests, want %d (each version once, at the first report)", got, len(ruleVersions))
+			}
+			if tc.wantLog != "" {
+				if got := h.logs.count(t, slog.LevelInfo, tc.wantLog); got != 1 {
+					t.Errorf("%d log lines %q, want 1:\n%s", got, tc.wantLog, h.logs)
+				}
+				if got := h.count("list", "resourceslices", ""); got != 0 {
+					t.Errorf("%d lists of ResourceSlices without device taints, want none", got)
+				}
 			}
 			if got := h.logs.count(t, slog.LevelWarn, "cannot update"); got != 0 {
-				t.Errorf("%d warnings, want none:\n%s", got, h.logs)
+				t.Errorf("%d failed updates, want none:\n%s", got, h.logs)
 			}
 		})
 	}
+}
 
-	t.Run("create answers 404", func(t *testing.T) {
-		h := newHarness(t, Config{SysfsRoot: n.Root}, func(cs *fake.Clientset) {
-			cs.PrependReactor("create", "devicetaintrules", func(k8stesting.Action) (bool, runtime.Object, error) {
-				return true, nil, notFound("create", "devicetaintrules")
-			})
-		}, testNodeObject(), pciSlice("node-a-vfs", vf.PCI))
+// ruleNames are the names of the rules the fake holds at version v.
+func (h *harness) ruleNames(v string) []string {
+	h.t.Helper()
+	gvr := schema.GroupVersionResource{Group: resourcev1.GroupName, Version: v, Resource: "devicetaintrules"}
+	o, err := h.cs.Tracker().List(gvr, gvr.GroupVersion().WithKind("DeviceTaintRule"), "")
+	if err != nil {
+		h.t.Fatalf("list DeviceTaintRules %s: %v", v, err)
+	}
+	items, err := meta.ExtractList(o)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out []string
+	for _, it := range items {
+		out = append(out, it.(metav1.Object).GetName())
+	}
+	return out
+}
 
-		h.round(report(bad))
-		h.waitFor("three attempts", func() bool { return h.count("create", "devicetaintrules", "") >= 3 })
-		h.stop()
-		if c := h.condition(); c == nil || c.Status != corev1.ConditionFalse {
-			t.Errorf("condition %+v, want False", c)
+// TestWatchPutsRulesRight: with no new doctor report, a rule someone
+// deleted comes back, and a VF published after the report (a DRA driver
+// that started later) gets its rule, from the watch alone.
+func TestWatchPutsRulesRight(t *testing.T) {
+	n := sysfstest.NewDGXH200(t)
+	a, b := n.PFs[0].VFs[0], n.PFs[0].VFs[1]
+	h := newHarness(t, Config{SysfsRoot: n.Root}, nil, testNodeObject(), pciSlice("node-a-vfs", a.PCI))
+	h.round(report(
+		doctor.Finding{Severity: doctor.SeverityError, Check: doctor.CheckGUIDInvalid, Subject: a.PCI, Message: "zero GUID"},
+		doctor.Finding{Severity: doctor.SeverityError, Check: doctor.CheckGUIDInvalid, Subject: b.PCI, Message: "zero GUID"}))
+	h.waitFor("the published VF's rule", func() bool { return len(h.ownRules()) == 1 })
+	var name string
+	for name = range h.ownRules() {
+	}
+	ctx := context.Background()
+	if err := h.cs.ResourceV1().DeviceTaintRules().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("the deleted rule back", func() bool { _, ok := h.ownRules()[name]; return ok })
+	if _, err := h.cs.ResourceV1().ResourceSlices().Create(ctx, pciSlice("node-a-later", b.PCI), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("the later VF's rule", func() bool { return len(h.ownRules()) == 2 })
+	for _, r := range h.ownRules() {
+		if pci := r.Annotations[annotationPCI]; pci != a.PCI && pci != b.PCI {
+			t.Errorf("rule %s for %s", r.Name, pci)
 		}
-		if p := h.count("patch", "nodes", "status"); p != 1 {
-			t.Errorf("%d condition patches, want 1", p)
+	}
+}
+
+// TestSteadyStateNoRequests: once the API server holds what the report
+// says, the same report again (every doctor run, every port poll) and the
+// kubelet's own node updates cost no request at all.
+func TestSteadyStateNoRequests(t *testing.T) {
+	n := sysfstest.NewDGXH200(t)
+	vf := n.PFs[0].VFs[0]
+	h := newHarness(t, Config{SysfsRoot: n.Root, TaintOnError: true}, nil, testNodeObject(), pciSlice("node-a-vfs", vf.PCI))
+	rep := report(doctor.Finding{Severity: doctor.SeverityError, Check: doctor.CheckGUIDInvalid, Subject: vf.PCI, Message: "zero GUID"})
+	h.round(rep)
+	h.waitFor("the VF's rule", func() bool { return len(h.ownRules()) == 1 })
+	h.nodeEvents(2) // unhealthy, tainted: written before the count starts
+	before := len(h.cs.Actions())
+	ctx := context.Background()
+	for i := range 20 {
+		// The kubelet's heartbeat: a node update the reporter's watch sees.
+		node := h.node().DeepCopy()
+		node.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(time.Now().Add(time.Duration(i) * time.Second))
+		if _, err := h.cs.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
 		}
-		if got := h.logs.count(t, slog.LevelWarn, "cannot update device taint rules"); got != 1 {
-			t.Errorf("%d warnings for %d failed creates, want 1:\n%s", got, h.count("create", "devicetaintrules", ""), h.logs)
+		h.round(report(rep.Findings...))
+	}
+	h.stop()
+	var extra []string
+	for _, a := range h.cs.Actions()[before:] {
+		if a.GetVerb() != "update" || a.GetSubresource() != "status" || a.GetResource().Resource != "nodes" {
+			extra = append(extra, a.GetVerb()+" "+a.GetResource().Resource+"/"+a.GetSubresource())
 		}
-	})
+	}
+	if len(extra) > 0 {
+		t.Errorf("%d requests for 20 unchanged reports, want none: %v", len(extra), extra)
+	}
 }
