@@ -86,7 +86,7 @@ func (f *kubeFlags) start(ctx context.Context, cfg *monitor.Config, log *slog.Lo
 		return func() {}, fmt.Errorf("kubernetes client: %w", err)
 	}
 	rep, err := kubereport.Start(ctx, kubereport.Config{Client: client, NodeName: *f.nodeName, TaintOnError: *f.taintOnError,
-		DeviceTaintEffect: resourcev1.DeviceTaintEffect(*f.taintEffect), SysfsRoot: cfg.SysfsRoot, Logger: log})
+		DeviceTaintEffect: resourcev1.DeviceTaintEffect(*f.taintEffect), Logger: log})
 	if err != nil {
 		return func() {}, err
 	}

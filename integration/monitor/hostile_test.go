@@ -114,8 +114,8 @@ func TestAgentBesideAStuckPortRead(t *testing.T) {
 		return m[attachments("ok")] == 2 && m[attachments("unknown")] == 1
 	})
 
-	before := a.scrape()[sweeps]
 	harness.RenameIn(t, n.pods[0], "net1", "eth9")
+	before := a.scrape()[sweeps]
 	a.withinOneInterval("a rename beside the stuck VF", before, func(m metrics) bool { return m[drift("renamed")] == 1 })
 
 	code, body := a.get("/healthz")

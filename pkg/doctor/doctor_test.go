@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -307,6 +308,22 @@ func TestBrokenDGXH200FindsEveryFault(t *testing.T) {
 	for _, f := range rep.Findings {
 		if f.Message == "" || (f.Severity != SeverityInfo && f.Remedy == "") {
 			t.Errorf("finding %s/%s has no message or remedy: %+v", f.Check, f.Subject, f)
+		}
+		// A PF's port finding covers each of its VFs (the device taints
+		// read that); every other finding covers nothing.
+		var want []string
+		if f.Check == CheckPortState || f.Check == CheckLinkLayer {
+			for _, pf := range n.PFs {
+				if pf.PCI == f.Subject {
+					for _, vf := range pf.VFs {
+						want = append(want, vf.PCI)
+					}
+				}
+			}
+			slices.Sort(want)
+		}
+		if !slices.Equal(want, f.Covers) {
+			t.Errorf("finding %s/%s covers %v, want %v", f.Check, f.Subject, f.Covers, want)
 		}
 	}
 	if t.Failed() {

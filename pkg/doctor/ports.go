@@ -2,6 +2,8 @@ package doctor
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
@@ -51,6 +53,7 @@ func (r *run) checkLinkLayer(f *function, d sysfs.RDMADevice, p sysfs.Port) bool
 	}
 	r.add(SeverityError, CheckLinkLayer, f.addr, remedy,
 		"%s %d of %s (%s) runs %s, %s expected%s", what, p.Num, d.Name, f.addr, p.LinkLayer, want, fallbackNote(want, p.LinkLayer))
+	r.coverVFs(f)
 	return true
 }
 
@@ -85,7 +88,17 @@ func (r *run) checkPortState(f *function, d sysfs.RDMADevice, p sysfs.Port) bool
 	}
 	r.add(SeverityError, CheckPortState, f.addr, remedy, "%s %d of %s (%s) is %s (state %d), phys_state %s (%d); ACTIVE / LinkUp needed",
 		what, p.Num, d.Name, f.addr, p.State.Name, p.State.Num, p.PhysState.Name, p.PhysState.Num)
+	r.coverVFs(f)
 	return true
+}
+
+// coverVFs says that the finding just added, about f's port, makes each of
+// f's VFs unusable too when f is a PF.
+func (r *run) coverVFs(f *function) {
+	if f.pf != "" || len(f.vfs) == 0 {
+		return
+	}
+	r.findings[len(r.findings)-1].Covers = slices.Sorted(maps.Values(f.vfs))
 }
 
 // pfOf is the PF a firmware setting has to be made on.

@@ -8,6 +8,7 @@ package finding
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 )
 
@@ -55,6 +56,16 @@ type Finding struct {
 	Subject  string   `json:"subject"`
 	Message  string   `json:"message"`
 	Remedy   string   `json:"remedy,omitempty"`
+	// Covers lists the functions a finding about a PF's port makes
+	// unusable with it, its VFs (a VF's port follows its PF's), by PCI
+	// address; empty for every other finding. The device taints read it.
+	Covers []string `json:"covers,omitempty"`
+}
+
+// Equal reports whether two findings say the same thing.
+func (f Finding) Equal(g Finding) bool {
+	return f.Severity == g.Severity && f.Check == g.Check && f.Subject == g.Subject && f.Message == g.Message &&
+		f.Remedy == g.Remedy && slices.Equal(f.Covers, g.Covers)
 }
 
 // String formats a finding for people: severity, subject, message, and

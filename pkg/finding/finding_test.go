@@ -16,7 +16,7 @@ func TestSort(t *testing.T) {
 	bySev := slices.Clone(fs)
 	SortBySeverity(bySev)
 	want := []Finding{fs[2], fs[4], fs[1], fs[3], fs[0]} // stable within a severity
-	if !slices.Equal(bySev, want) {
+	if !slices.EqualFunc(bySev, want, Finding.Equal) {
 		t.Errorf("SortBySeverity:\n got %v\nwant %v", bySev, want)
 	}
 	Sort(fs)
@@ -27,7 +27,7 @@ func TestSort(t *testing.T) {
 		{Severity: Warning, Check: "b", Subject: "2"},
 		{Severity: Info, Check: "a", Subject: "x"},
 	}
-	if !slices.Equal(fs, want) {
+	if !slices.EqualFunc(fs, want, Finding.Equal) {
 		t.Errorf("Sort:\n got %v\nwant %v", fs, want)
 	}
 	for i, s := range Severities {

@@ -41,7 +41,7 @@ const (
 // deviceTaints maps the doctor checks that make a VF unusable to a device
 // taint (key and value), and says whether a PF's finding makes each of its
 // VFs unusable too (a port's state and link layer are the PF's; GUIDs are
-// each function's own).
+// each function's own; the doctor's finding lists the VFs it covers).
 var deviceTaints = map[string]struct {
 	key, value string
 	pfCovers   bool
@@ -74,9 +74,8 @@ type problem struct {
 }
 
 // vfProblems maps each PCI address to its problems by device taint key: a
-// VF's own findings, and its PF's port findings. expand lists a PF's VFs
-// (sysfs virtfnN links).
-func vfProblems(rep *doctor.Report, expand func(pf string) []string) map[string]map[string]problem {
+// VF's own findings, and its PF's port findings (the VFs a finding covers).
+func vfProblems(rep *doctor.Report) map[string]map[string]problem {
 	out := map[string]map[string]problem{}
 	add := func(pci, key string, p problem) {
 		if out[pci] == nil {
@@ -93,7 +92,7 @@ func vfProblems(rep *doctor.Report, expand func(pf string) []string) map[string]
 		}
 		add(f.Subject, k.key, problem{value: k.value, message: f.Message})
 		if k.pfCovers {
-			for _, vf := range expand(f.Subject) {
+			for _, vf := range f.Covers {
 				add(vf, k.key, problem{value: k.value, message: "PF " + f.Subject + ": " + f.Message})
 			}
 		}
@@ -222,7 +221,7 @@ func (r *Reporter) syncDevices(ctx context.Context, rep *doctor.Report) error {
 	if len(published) > 0 {
 		uid = r.nodeUID()
 	}
-	want := desiredRules(r.cfg.NodeName, uid, r.cfg.DeviceTaintEffect, pciDevices(published), vfProblems(rep, r.vfsOf))
+	want := desiredRules(r.cfg.NodeName, uid, r.cfg.DeviceTaintEffect, pciDevices(published), vfProblems(rep))
 	var errs []error
 	have := map[string]bool{}
 	for _, cur := range existing {
@@ -284,14 +283,6 @@ func (r *Reporter) cachedRule(name string) *resourcev1.DeviceTaintRule {
 		return nil
 	}
 	return rule
-}
-
-func (r *Reporter) vfsOf(pf string) []string {
-	vfs, err := r.sys.VFs(pf)
-	if err != nil {
-		return nil
-	}
-	return slices.Collect(maps.Values(vfs))
 }
 
 // sameRule reports whether an existing rule already says what want says:

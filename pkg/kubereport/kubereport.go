@@ -24,7 +24,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
-	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 )
 
 // Domain is the project's domain: the node condition, taint keys and
@@ -60,10 +59,7 @@ type Config struct {
 	// default) keeps the scheduler from allocating the VF, None only marks
 	// it (Kubernetes 1.35 and later).
 	DeviceTaintEffect resourcev1.DeviceTaintEffect
-	// SysfsRoot is where the doctor reads sysfs: a PF's port finding makes
-	// each of its VFs unhealthy.
-	SysfsRoot string
-	Logger    *slog.Logger
+	Logger            *slog.Logger
 }
 
 // Reporter implements monitor.Notifier. Pod events are queued by client-go's
@@ -78,7 +74,6 @@ type Config struct {
 type Reporter struct {
 	cfg         Config
 	log         *slog.Logger
-	sys         sysfs.Reader
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
 	queue       workqueue.TypedRateLimitingInterface[string]
@@ -138,9 +133,6 @@ func Start(ctx context.Context, cfg Config) (*Reporter, error) {
 		return nil, fmt.Errorf("kubernetes reporting: device taint effect %q: want %s or %s (NoExecute would evict running pods; the agent never does)",
 			cfg.DeviceTaintEffect, resourcev1.DeviceTaintEffectNoSchedule, resourcev1.DeviceTaintEffectNone)
 	}
-	if cfg.SysfsRoot == "" {
-		cfg.SysfsRoot = "/sys"
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -148,7 +140,6 @@ func Start(ctx context.Context, cfg Config) (*Reporter, error) {
 	r := &Reporter{
 		cfg:     cfg,
 		log:     cfg.Logger,
-		sys:     sysfs.Reader{Root: cfg.SysfsRoot},
 		stop:    stop,
 		started: time.Now(),
 		done:    make(chan struct{}),

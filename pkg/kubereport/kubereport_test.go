@@ -13,7 +13,6 @@ import (
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
-	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
 
@@ -120,15 +119,14 @@ func TestVFProblems(t *testing.T) {
 	E, W := doctor.SeverityError, doctor.SeverityWarning
 	rep := &doctor.Report{Findings: []doctor.Finding{
 		finding(E, doctor.CheckGUIDInvalid, pf.VFs[0].PCI),
-		finding(E, doctor.CheckGUIDDuplicate, pf.VFs[0].PCI), // same key: the first stays
-		finding(E, doctor.CheckPortState, pf.PCI),            // the PF's port: every VF of it
+		finding(E, doctor.CheckGUIDDuplicate, pf.VFs[0].PCI),        // same key: the first stays
+		covering(finding(E, doctor.CheckPortState, pf.PCI), pf.VFs), // the PF's port: every VF of it
 		finding(E, doctor.CheckLinkLayer, n.PFs[2].VFs[3].PCI),
 		finding(E, doctor.CheckGUIDInvalid, n.PFs[2].PCI), // a PF's own GUID: not its VFs'
 		finding(W, doctor.CheckPortState, n.PFs[3].VFs[0].PCI),
 		finding(E, doctor.CheckFirmwareVersion, n.PFs[3].VFs[1].PCI),
 	}}
-	r := &Reporter{sys: sysfs.Reader{Root: n.Root}}
-	got := vfProblems(rep, r.vfsOf)
+	got := vfProblems(rep)
 	portDown := problem{value: "not-active", message: "PF " + pf.PCI + ": port-state of " + pf.PCI}
 	want := map[string]map[string]problem{
 		pf.PCI:              {DeviceTaintPortState: {value: "not-active", message: "port-state of " + pf.PCI}},
@@ -145,6 +143,14 @@ func TestVFProblems(t *testing.T) {
 }
 
 func str(s string) *string { return &s }
+
+// covering is a PF's finding as the doctor reports it: covering its VFs.
+func covering(f doctor.Finding, vfs []sysfstest.DGXVF) doctor.Finding {
+	for _, vf := range vfs {
+		f.Covers = append(f.Covers, vf.PCI)
+	}
+	return f
+}
 
 func TestPCIDevices(t *testing.T) {
 	const driver = "sriovnetwork.k8snetworkplumbingwg.io"

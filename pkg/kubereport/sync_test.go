@@ -394,7 +394,7 @@ func TestDeviceTaintRuleCreatedAndDeleted(t *testing.T) {
 	for _, r := range foreign {
 		objs = append(objs, r)
 	}
-	h := newHarness(t, Config{SysfsRoot: n.Root}, nil, objs...)
+	h := newHarness(t, Config{}, nil, objs...)
 
 	unhealthy := report(doctor.Finding{Severity: doctor.SeverityError, Check: doctor.CheckGUIDInvalid, Subject: vf.PCI,
 		Message: "node GUID 0000:0000:0000:0000 of " + vf.PCI + " is zero"})
@@ -471,11 +471,11 @@ func TestDeviceTaintRuleCreatedAndDeleted(t *testing.T) {
 func TestDeviceTaintRulesCoverEveryVFOfPF(t *testing.T) {
 	n := sysfstest.NewDGXH200(t)
 	pf, other := n.PFs[0], n.PFs[1]
-	h := newHarness(t, Config{SysfsRoot: n.Root}, nil,
+	h := newHarness(t, Config{}, nil,
 		testNodeObject(), pciSlice("node-a-vfs", append(vfPCIs(pf.VFs), vfPCIs(other.VFs[:2])...)...))
 
 	msg := "port 1 of " + pf.RDMA + " is DOWN"
-	h.round(report(doctor.Finding{Severity: doctor.SeverityError, Check: doctor.CheckPortState, Subject: pf.PCI, Message: msg}))
+	h.round(report(covering(doctor.Finding{Severity: doctor.SeverityError, Check: doctor.CheckPortState, Subject: pf.PCI, Message: msg}, pf.VFs)))
 	h.stop()
 
 	var got []string
@@ -501,7 +501,7 @@ func TestDeviceTaintRulesCoverEveryVFOfPF(t *testing.T) {
 // (keeping the transition time), a new status patches once; the kubelet's
 // conditions stay, and only status changes are node events.
 func TestNodeConditionWrittenOnChange(t *testing.T) {
-	h := newHarness(t, Config{SysfsRoot: sysfstest.New(t).Root}, nil, testNodeObject())
+	h := newHarness(t, Config{}, nil, testNodeObject())
 	patches := func() int { return h.count("patch", "nodes", "status") }
 	guid := doctor.Finding{Severity: doctor.SeverityError, Check: doctor.CheckGUIDInvalid, Subject: "0000:18:00.2", Message: "zero GUID"}
 	port := doctor.Finding{Severity: doctor.SeverityError, Check: doctor.CheckPortState, Subject: "0000:40:00.0", Message: "DOWN"}
@@ -556,7 +556,7 @@ func TestNodeTaintOnError(t *testing.T) {
 		{Key: "node.kubernetes.io/unschedulable", Effect: corev1.TaintEffectNoSchedule},
 		{Key: "example.com/draining", Effect: corev1.TaintEffectNoExecute},
 	}
-	h := newHarness(t, Config{SysfsRoot: sysfstest.New(t).Root, TaintOnError: true}, nil, testNodeObject(others...))
+	h := newHarness(t, Config{TaintOnError: true}, nil, testNodeObject(others...))
 	patches := func() int { return h.count("patch", "nodes", "") }
 	ours := func(check string) []corev1.Taint {
 		return append(append([]corev1.Taint(nil), others...), corev1.Taint{Key: TaintKey, Value: check, Effect: corev1.TaintEffectNoSchedule})
@@ -591,7 +591,7 @@ func TestNodeTaintOnError(t *testing.T) {
 // the pod (namespace, name, UID) the record names; a record without its
 // pod gets none.
 func TestPodEventsForEachTransition(t *testing.T) {
-	h := newHarness(t, Config{SysfsRoot: sysfstest.New(t).Root}, nil, testNodeObject())
+	h := newHarness(t, Config{}, nil, testNodeObject())
 	rec := &state.Record{Network: "ib-vf", ContainerID: "c1", IfName: "net1", PCI: "0000:18:00.2",
 		PodNamespace: "e2e", PodName: "vf-0", PodUID: "5f0c1d2e"}
 	anonymous := &state.Record{Network: "ib-vf", ContainerID: "c0", IfName: "net1", PCI: "0000:18:00.3"}
@@ -646,7 +646,7 @@ func TestPodEventsForEachTransition(t *testing.T) {
 // to the burst, and drifts that differ each time give at most a burst of
 // events per type, never one write per call (eventBurst, eventQPS).
 func TestPodEventsRateLimited(t *testing.T) {
-	h := newHarness(t, Config{SysfsRoot: sysfstest.New(t).Root}, nil, testNodeObject())
+	h := newHarness(t, Config{}, nil, testNodeObject())
 	pod := func(ns string) *state.Record {
 		return &state.Record{Network: "ib-vf", ContainerID: ns, IfName: "net1", PCI: "0000:18:00.2",
 			PodNamespace: ns, PodName: "vf-0", PodUID: ns + "-uid"}
@@ -718,7 +718,7 @@ func TestDeviceTaintRuleVersionDiscovered(t *testing.T) {
 		{"no ResourceSlice at v1", "v1beta1", "v1alpha3", "", "the API server does not serve resourceslices"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, Config{SysfsRoot: n.Root}, func(cs *fake.Clientset) {
+			h := newHarness(t, Config{}, func(cs *fake.Clientset) {
 				cs.Resources = servedDRA(tc.slices, tc.rules)
 			}, testNodeObject(), pciSlice("node-a-vfs", vf.PCI))
 			h.round(report(bad))
@@ -795,7 +795,7 @@ func (h *harness) ruleNames(v string) []string {
 func TestWatchPutsRulesRight(t *testing.T) {
 	n := sysfstest.NewDGXH200(t)
 	a, b := n.PFs[0].VFs[0], n.PFs[0].VFs[1]
-	h := newHarness(t, Config{SysfsRoot: n.Root}, nil, testNodeObject(), pciSlice("node-a-vfs", a.PCI))
+	h := newHarness(t, Config{}, nil, testNodeObject(), pciSlice("node-a-vfs", a.PCI))
 	h.round(report(
 		doctor.Finding{Severity: doctor.SeverityError, Check: doctor.CheckGUIDInvalid, Subject: a.PCI, Message: "zero GUID"},
 		doctor.Finding{Severity: doctor.SeverityError, Check: doctor.CheckGUIDInvalid, Subject: b.PCI, Message: "zero GUID"}))
@@ -825,7 +825,7 @@ func TestWatchPutsRulesRight(t *testing.T) {
 func TestSteadyStateNoRequests(t *testing.T) {
 	n := sysfstest.NewDGXH200(t)
 	vf := n.PFs[0].VFs[0]
-	h := newHarness(t, Config{SysfsRoot: n.Root, TaintOnError: true}, nil, testNodeObject(), pciSlice("node-a-vfs", vf.PCI))
+	h := newHarness(t, Config{TaintOnError: true}, nil, testNodeObject(), pciSlice("node-a-vfs", vf.PCI))
 	rep := report(doctor.Finding{Severity: doctor.SeverityError, Check: doctor.CheckGUIDInvalid, Subject: vf.PCI, Message: "zero GUID"})
 	h.round(rep)
 	h.waitFor("the VF's rule", func() bool { return len(h.ownRules()) == 1 })

@@ -143,7 +143,7 @@ func (w *Watcher) Check() {
 		return
 	}
 	w.failed = ""
-	if w.sent != nil && slices.Equal(w.sent.Findings, rep.Findings) && slices.Equal(w.sent.Functions, rep.Functions) {
+	if w.sent != nil && slices.EqualFunc(w.sent.Findings, rep.Findings, finding.Finding.Equal) && slices.Equal(w.sent.Functions, rep.Functions) {
 		return
 	}
 	w.sent = rep
