@@ -15,7 +15,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/kubereport"
-	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/monitor"
 )
 
 // kubeFlags are the monitor's flags for telling Kubernetes (pod events, the
@@ -65,31 +64,30 @@ func (f *kubeFlags) restConfig() (*rest.Config, error) {
 	return nil, nil
 }
 
-// start starts the Kubernetes reporter when the flags ask for one and adds
-// it to the monitor's notifiers; the returned stop (never nil) ends it once
-// the monitor has stopped.
-func (f *kubeFlags) start(ctx context.Context, cfg *monitor.Config, log *slog.Logger) (stop func(), err error) {
+// start starts the Kubernetes reporter when the flags ask for one (nil
+// otherwise); the returned stop (never nil) ends it once the agent's
+// sources have stopped.
+func (f *kubeFlags) start(ctx context.Context, doctorOn bool, log *slog.Logger) (rep *kubereport.Reporter, stop func(), err error) {
 	rc, err := f.restConfig()
 	if err != nil || rc == nil {
-		return func() {}, err
+		return nil, func() {}, err
 	}
 	if *f.nodeName == "" {
-		return func() {}, errors.New("telling Kubernetes needs the node's name: --node-name, or NODE_NAME from the downward API's spec.nodeName")
+		return nil, func() {}, errors.New("telling Kubernetes needs the node's name: --node-name, or NODE_NAME from the downward API's spec.nodeName")
 	}
-	if cfg.Doctor == nil {
+	if !doctorOn {
 		log.Warn("the doctor is off (--doctor-interval=0): no node condition, node taint or device taints, only pod events")
 	}
 	// client-go logs through klog: into the agent's log instead.
 	klog.SetSlogLogger(log)
 	client, err := kubernetes.NewForConfig(rest.AddUserAgent(rc, kubereport.Component))
 	if err != nil {
-		return func() {}, fmt.Errorf("kubernetes client: %w", err)
+		return nil, func() {}, fmt.Errorf("kubernetes client: %w", err)
 	}
-	rep, err := kubereport.Start(ctx, kubereport.Config{Client: client, NodeName: *f.nodeName, TaintOnError: *f.taintOnError,
+	rep, err = kubereport.Start(ctx, kubereport.Config{Client: client, NodeName: *f.nodeName, TaintOnError: *f.taintOnError,
 		DeviceTaintEffect: resourcev1.DeviceTaintEffect(*f.taintEffect), Logger: log})
 	if err != nil {
-		return func() {}, err
+		return nil, func() {}, err
 	}
-	cfg.Notifiers = append(cfg.Notifiers, rep)
-	return rep.Stop, nil
+	return rep, rep.Stop, nil
 }

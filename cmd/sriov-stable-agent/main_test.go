@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 )
 
@@ -101,22 +101,7 @@ func runMonitorUntil(t *testing.T, until func(log string) bool, args ...string) 
 }
 
 // syncWriter is a buffer the agent's goroutines write while the test reads.
-type syncWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
+type syncWriter = testutil.LogBuffer
 
 const deployDir = "../../deploy"
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -12,8 +13,13 @@ import (
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/cmdline"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/janitor"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/kubereport"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/monitor"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/nodecheck"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/portwatch"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/promexport"
 )
 
 const monitorUsage = `usage: sriov-stable-agent monitor [flags]
@@ -57,7 +63,7 @@ func runMonitor(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	staleGrace := fs.Duration("stale-grace", monitor.DefaultStaleGrace, "how long to keep the record of an attachment whose netns is gone")
 	listen := fs.String("listen", ":9808", "address for /metrics, /healthz and /readyz")
 	logLevel := fs.String("log-level", "info", "error, warn, info or debug")
-	doctorInterval := fs.Duration("doctor-interval", monitor.DefaultDoctorInterval, "time between node doctor runs; 0 disables the doctor")
+	doctorInterval := fs.Duration("doctor-interval", nodecheck.DefaultInterval, "time between node doctor runs; 0 disables the doctor")
 	portInterval := fs.Duration("port-interval", portwatch.DefaultInterval, "with the doctor: how often every RDMA port the host sees (free VFs', PFs') is read, the doctor's port checks run again when one changed, and the result published at once (node condition, device taints, metrics); 0 leaves ports to the doctor's runs")
 	events := fs.Bool("events", true, "check an attachment as soon as its VF's link or port changes; false: the sweep alone finds drift")
 	pollInterval := fs.Duration("poll-interval", monitor.DefaultPollInterval, "how often the recorded VFs' RDMA port state and link layer are read and their netns paths looked at (with --events)")
@@ -83,40 +89,36 @@ func runMonitor(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return c.Fail(cmdline.ExitUsage, "%v", err)
 	}
 	opts.StateDir = *stateDir
-	cfg := monitor.Config{
-		StateDir: *stateDir, SysfsRoot: *sysfsRoot, Interval: *interval, CheckTimeout: *checkTimeout,
-		StaleGrace: *staleGrace, DoctorInterval: *doctorInterval, Logger: log,
-		SweepOnly: !*events, PollInterval: *pollInterval, Repairs: repairs, HostNetns: *hostNetns,
-		AltName: opts.AltName, Spec: opts.Spec, LinkDir: opts.LinkDir,
-	}
-	if *doctorInterval > 0 {
-		cfg.Doctor = &opts
-	}
-	switch {
-	case *portInterval < 0:
+	if *portInterval < 0 {
 		return c.Fail(cmdline.ExitUsage, "--port-interval %s is negative", *portInterval)
-	case *portInterval == 0:
-		cfg.PortInterval = -1 // off
-	default:
-		cfg.PortInterval = *portInterval
 	}
-	stopKube, err := kube.start(ctx, &cfg, log)
+	if *doctorInterval < 0 {
+		return c.Fail(cmdline.ExitUsage, "--doctor-interval %s is negative", *doctorInterval)
+	}
+	rep, stopKube, err := kube.start(ctx, *doctorInterval > 0, log)
 	if err != nil {
 		return c.Fail(cmdline.ExitUsage, "%v", err)
 	}
 	defer stopKube()
-	mon, err := monitor.New(cfg)
+	a, err := newAgent(agentConfig{
+		monitor: monitor.Config{
+			StateDir: *stateDir, SysfsRoot: *sysfsRoot, Interval: *interval, CheckTimeout: *checkTimeout,
+			StaleGrace: *staleGrace, Logger: log, SweepOnly: !*events, PollInterval: *pollInterval,
+			Repairs: repairs, HostNetns: *hostNetns,
+		},
+		doctor: opts, doctorInterval: *doctorInterval, portInterval: *portInterval, kube: rep,
+	})
 	if err != nil {
 		return c.Fail(cmdline.ExitUsage, "%v", err)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), mon.Collector())
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), a.collector())
 
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return c.Fail(cmdline.ExitFailure, "listen for metrics: %v", err)
 	}
-	srv, ln := monitor.NewServer(ln, mon.Handler(reg), monitor.DefaultMaxConns)
+	srv, ln := promexport.NewServer(ln, promexport.Handler(reg, a.probes()), promexport.DefaultMaxConns)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("serving metrics", "addr", ln.Addr().String())
@@ -126,7 +128,7 @@ func runMonitor(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	monDone := make(chan struct{})
 	go func() {
 		defer close(monDone)
-		mon.Run(ctx)
+		a.run(ctx)
 	}()
 	code := cmdline.ExitOK
 	select {
@@ -154,3 +156,104 @@ func runMonitor(ctx context.Context, args []string, stdout, stderr io.Writer) in
 // stopTimeout bounds the agent's shutdown after SIGTERM: the metrics
 // server's and the monitor's together. The DaemonSet gives the pod 10 s.
 const stopTimeout = 5 * time.Second
+
+// agentConfig is what the monitor command runs: the attachment watcher's
+// configuration, the doctor's options and intervals (doctorInterval 0:
+// no node checks; portInterval 0: no port watcher) and the Kubernetes
+// reporter (nil when not asked for).
+type agentConfig struct {
+	monitor        monitor.Config
+	doctor         doctor.Options
+	doctorInterval time.Duration
+	portInterval   time.Duration
+	kube           *kubereport.Reporter
+}
+
+// agent is the monitor command's sources (checks → findings), each
+// feeding the exporters: the Kubernetes reporter as their notifier, the
+// Prometheus collector and /healthz through their snapshots.
+type agent struct {
+	mon   *monitor.Monitor
+	nodes *nodecheck.Checker // nil: the doctor is off
+	jan   *janitor.Janitor   // nil: no --repair=host
+}
+
+func newAgent(cfg agentConfig) (*agent, error) {
+	mc := cfg.monitor
+	interval, timeout, err := monitor.Timing(mc)
+	if err != nil {
+		return nil, fmt.Errorf("monitor configuration: %w", err)
+	}
+	var a agent
+	if mc.Repairs.Host {
+		jc := janitor.Config{StateDir: mc.StateDir, SysfsRoot: mc.SysfsRoot, HostNetns: mc.HostNetns,
+			AltName: cfg.doctor.AltName, Spec: cfg.doctor.Spec, LinkDir: cfg.doctor.LinkDir,
+			Interval: interval, Timeout: timeout, Logger: mc.Logger}
+		if cfg.kube != nil {
+			jc.Notifiers = []janitor.Notifier{cfg.kube}
+		}
+		if a.jan, err = janitor.New(jc); err != nil {
+			return nil, fmt.Errorf("host janitor: %w", err)
+		}
+		mc.Carried = a.jan.Carried
+	}
+	if cfg.kube != nil {
+		mc.Notifiers = append(mc.Notifiers, cfg.kube)
+	}
+	if a.mon, err = monitor.New(mc); err != nil {
+		return nil, err
+	}
+	if cfg.doctorInterval > 0 {
+		nc := nodecheck.Config{Doctor: cfg.doctor, Interval: cfg.doctorInterval, PortInterval: cfg.portInterval,
+			StuckAfter: interval, Logger: mc.Logger}
+		if cfg.portInterval == 0 {
+			nc.PortInterval = -1 // off
+		}
+		if cfg.kube != nil {
+			nc.Notifiers = []nodecheck.Notifier{cfg.kube}
+		}
+		if a.nodes, err = nodecheck.New(nc); err != nil {
+			return nil, fmt.Errorf("node checks: %w", err)
+		}
+	}
+	return &a, nil
+}
+
+// run runs every source until ctx ends. It returns once the attachment
+// watcher has: the node checks and the janitor, whose reads of a wedged
+// device may never return, are not waited for.
+func (a *agent) run(ctx context.Context) {
+	if a.nodes != nil {
+		go a.nodes.Run(ctx)
+	}
+	if a.jan != nil {
+		go a.jan.Run(ctx)
+	}
+	a.mon.Run(ctx)
+}
+
+// collector is the Prometheus exporter over the sources' snapshots.
+func (a *agent) collector() prometheus.Collector {
+	src := promexport.Sources{Attachments: a.mon.Snapshot}
+	if a.nodes != nil {
+		src.Node = a.nodes.Snapshot
+	}
+	if a.jan != nil {
+		src.HostRepairs = a.jan.Snapshot
+	}
+	return promexport.NewCollector(src)
+}
+
+// probes are /healthz and /readyz: the attachment watcher's health, and
+// what each source cannot make progress on.
+func (a *agent) probes() promexport.Probes {
+	p := promexport.Probes{Health: a.mon.Health, Ready: a.mon.Ready}
+	if a.nodes != nil {
+		p.Stuck = append(p.Stuck, a.nodes.Stuck)
+	}
+	if a.jan != nil {
+		p.Stuck = append(p.Stuck, a.jan.Stuck)
+	}
+	p.Stuck = append(p.Stuck, a.mon.Stuck)
+	return p
+}

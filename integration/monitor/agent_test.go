@@ -2,7 +2,6 @@ package monitor_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -87,44 +86,13 @@ func (n *node) attach(i int) {
 }
 
 // syncBuffer collects the agent's log lines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// lines counts log lines containing every one of parts.
-func (s *syncBuffer) lines(parts ...string) int {
-	n := 0
-	sc := bufio.NewScanner(strings.NewReader(s.String()))
-	for sc.Scan() {
-		ok := true
-		for _, p := range parts {
-			ok = ok && strings.Contains(sc.Text(), p)
-		}
-		if ok {
-			n++
-		}
-	}
-	return n
-}
+type syncBuffer = testutil.LogBuffer
 
 // driftTransitions checks that, per attachment and reason, the log's
 // "drift detected" and "drift recovered" lines alternate, starting with a
 // detection and ending with a recovery, and counts the detections by
 // reason.
-func (s *syncBuffer) driftTransitions(t *testing.T) map[string]int {
+func driftTransitions(t *testing.T, s *syncBuffer) map[string]int {
 	t.Helper()
 	field := func(line, key string) string {
 		_, v, _ := strings.Cut(line, " "+key+"=")
@@ -408,7 +376,7 @@ func TestMonitorEndToEnd(t *testing.T) {
 	// were two; the carrier drop was one, and a rename may add more: the
 	// kernel renames only a link that is down, so an event-driven check
 	// can see the VF without carrier for that moment, which is true.
-	counts := a.logs.driftTransitions(t)
+	counts := driftTransitions(t, a.logs)
 	for _, want := range []struct {
 		reason string
 		min    int

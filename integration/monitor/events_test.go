@@ -77,7 +77,7 @@ func TestMonitorEventsAndRepairs(t *testing.T) {
 		t.Errorf("%v sweeps with an hour's interval: the changes were seen by a sweep, not by events", m[sweeps])
 	}
 	for _, line := range [][]string{{`msg="drift repaired"`, "kind=name"}, {`msg="drift repaired"`, "kind=altname"}} {
-		if c := a.logs.lines(line...); c != 1 {
+		if c := a.logs.Lines(line...); c != 1 {
 			t.Errorf("%d log lines %v, want 1", c, line)
 		}
 	}

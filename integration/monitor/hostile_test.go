@@ -19,7 +19,7 @@ import (
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
-	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/monitor"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/promexport"
 )
 
 // shipped is what the DaemonSet gives the monitor container: its grace
@@ -234,7 +234,7 @@ func TestAgentBesideIdleClients(t *testing.T) {
 	if peak > want.memoryLimit {
 		t.Errorf("the agent's peak RSS %d MiB exceeds the DaemonSet's memory limit %d MiB", peak>>20, want.memoryLimit>>20)
 	}
-	if limit := monitor.DefaultMaxConns + 16; socks > limit { // the listener and the netlink sockets besides
+	if limit := promexport.DefaultMaxConns + 16; socks > limit { // the listener and the netlink sockets besides
 		t.Errorf("the agent has %d sockets open, want at most %d (its connection cap and its own)", socks, limit)
 	}
 }

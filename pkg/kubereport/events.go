@@ -38,7 +38,9 @@ func (r *Reporter) Drift(rec *state.Record, appeared []drift.Finding, cleared []
 	}
 }
 
-// Repaired implements monitor.Notifier: a Normal VFRepaired on the pod.
+// Repaired implements monitor.Notifier and janitor.Notifier: a Normal
+// VFRepaired on the pod; none for a free VF the janitor repaired, which
+// has no pod (its repair is logged and counted).
 func (r *Reporter) Repaired(rec *state.Record, kind, detail string) {
 	if ref := podRef(rec); ref != nil {
 		r.recorder.Event(ref, corev1.EventTypeNormal, ReasonRepaired, clip(attachmentName(rec)+" repaired ("+kind+"): "+detail))

@@ -1,9 +1,9 @@
-// Package kubereport tells Kubernetes what the agent's drift monitor
-// concludes: events on a pod whose VF drifted or was repaired, a node
+// Package kubereport, an exporter of the agent, tells Kubernetes what its
+// sources conclude: events on a pod whose VF drifted or was repaired, a node
 // condition (and, opt-in, a NoSchedule taint) from the node doctor, and one
 // DeviceTaintRule per unhealthy VF that a DRA driver publishes, so the
 // scheduler allocates none of them. It is the agent's only Kubernetes
-// client; the monitor reaches it through monitor.Notifier.
+// client; the sources reach it through their Notifier interfaces.
 package kubereport
 
 import (
@@ -62,8 +62,9 @@ type Config struct {
 	Logger            *slog.Logger
 }
 
-// Reporter implements monitor.Notifier. Pod events are queued by client-go's
-// event broadcaster; the node condition, the node taint and the device taint
+// Reporter is the notifier of the agent's sources (monitor.Notifier,
+// nodecheck.Notifier, janitor.Notifier). Pod events are queued by
+// client-go's event broadcaster; the node condition, the node taint and the device taint
 // rules are written by one worker from the latest doctor report, retried
 // with backoff when the API server is unreachable. What the API server
 // holds of them the reporter learns by watching (informers on its node, the
@@ -174,7 +175,7 @@ func (r *Reporter) Stop() {
 	r.broadcaster.Shutdown()
 }
 
-// Doctor implements monitor.Notifier: the node condition, the node taint
+// Doctor implements nodecheck.Notifier: the node condition, the node taint
 // and the device taint rules follow each doctor run.
 func (r *Reporter) Doctor(rep *doctor.Report) {
 	r.mu.Lock()

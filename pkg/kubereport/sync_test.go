@@ -2,14 +2,12 @@ package kubereport
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
@@ -50,24 +49,13 @@ var (
 )
 
 // logLines collects the reporter's log records (slog JSON, one per Write).
-type logLines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
+type logLines struct{ testutil.LogBuffer }
 
 // count is the number of records of level whose message starts with msg.
 func (l *logLines) count(tb testing.TB, level slog.Level, msg string) int {
 	tb.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	n := 0
-	sc := bufio.NewScanner(bytes.NewReader(l.buf.Bytes()))
+	sc := bufio.NewScanner(strings.NewReader(l.String()))
 	for sc.Scan() {
 		var rec struct{ Level, Msg string }
 		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
@@ -78,12 +66,6 @@ func (l *logLines) count(tb testing.TB, level slog.Level, msg string) int {
 		}
 	}
 	return n
-}
-
-func (l *logLines) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }
 
 // harness is a Reporter started on a fake clientset holding the node.

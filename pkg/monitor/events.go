@@ -19,19 +19,10 @@ import (
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/rdma"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/status"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/vfnet"
 )
-
-// What queued a check; the values are metric label values.
-const (
-	sourceLink   = "link"   // a link notification about the VF in its pod netns
-	sourceSysfs  = "sysfs"  // the VF's RDMA port state or link layer changed
-	sourceNetns  = "netns"  // the netns path went away or names another namespace
-	sourceRecord = "record" // a record appeared or was replaced
-)
-
-var sources = []string{sourceLink, sourceSysfs, sourceNetns, sourceRecord}
 
 // startEvents brings up the event-driven checks: the poller and the state
 // directory watch. Attachments already known are subscribed to by the
@@ -162,7 +153,7 @@ func (m *Monitor) subscribe(a *attachment) {
 			// An answer that the VF's index is gone, or lost notifications.
 			m.log.Debug("link watch", append(attachmentAttrs(rec), "err", err)...)
 			if errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ENOBUFS) {
-				m.queueCheck(key, sourceLink)
+				m.queueCheck(key, status.TriggerLink)
 			}
 		},
 		func(err error) { m.subscriptionEnded(a, s, err) })
@@ -211,7 +202,7 @@ func (m *Monitor) subscriptionEnded(a *attachment, s *subscription, err error) {
 	if err != nil && current {
 		m.log.Info("link watch failed and will be reopened; checking the attachment, as changes may have been missed",
 			append(attachmentAttrs(a.rec), "err", err)...)
-		m.queueCheck(a.rec.Key(), sourceLink)
+		m.queueCheck(a.rec.Key(), status.TriggerLink)
 	}
 }
 
@@ -236,7 +227,7 @@ func (m *Monitor) linkUpdate(a *attachment, u netlink.LinkUpdate) {
 	}
 	m.mu.Unlock()
 	if queue {
-		m.queueCheck(rec.Key(), sourceLink)
+		m.queueCheck(rec.Key(), status.TriggerLink)
 	}
 }
 
@@ -302,7 +293,7 @@ func (m *Monitor) pollNetns() []*attachment {
 		if err == nil {
 			m.subscribeBounded(a) // another netns at the path, or a lost subscription
 		}
-		m.queueCheck(a.rec.Key(), sourceNetns)
+		m.queueCheck(a.rec.Key(), status.TriggerNetns)
 	}
 	return atts
 }
@@ -316,7 +307,7 @@ func (m *Monitor) pollPorts(atts []*attachment) {
 		p, key := a.ports, a.rec.Key()
 		m.mu.Unlock()
 		if p != nil && p.changed() {
-			m.queueCheck(key, sourceSysfs)
+			m.queueCheck(key, status.TriggerSysfs)
 		}
 	}
 }
@@ -339,7 +330,7 @@ func (m *Monitor) pollPorts(atts []*attachment) {
 type portPoll struct {
 	sys    sysfs.Reader
 	pci    string
-	busy   busySince // a read is under way, perhaps hanging
+	busy   status.Busy // a read is under way, perhaps hanging
 	closed atomic.Bool
 	// stale asks for the files to be opened anew, as each sweep does: a
 	// file replaced rather than removed (not sysfs, whose removed files
@@ -370,7 +361,7 @@ func newPortPoll(sys sysfs.Reader, pci string) *portPoll {
 // changed reads the files and reports whether they differ from the last
 // read (not on the first). A VF without RDMA devices has nothing to poll.
 func (p *portPoll) changed() bool {
-	if !p.busy.start() {
+	if !p.busy.Start() {
 		return false // a read is hanging
 	}
 	defer p.release()
@@ -462,7 +453,7 @@ func (p *portPoll) release() {
 			}
 		}
 	}
-	p.busy.end()
+	p.busy.End()
 }
 
 // close closes the files, now or when the read under way ends.
@@ -471,7 +462,7 @@ func (p *portPoll) close() {
 		return
 	}
 	p.closed.Store(true)
-	if p.busy.start() {
+	if p.busy.Start() {
 		p.release()
 	}
 }
@@ -528,7 +519,7 @@ func (m *Monitor) pollFrom(rec *state.Record, l *rdma.Lookup) {
 		last, _ = sysfs.ReadPolled(files, make([]byte, 64))
 	}
 	p.adopt(set, files, last)
-	m.queueCheck(rec.Key(), sourceSysfs)
+	m.queueCheck(rec.Key(), status.TriggerSysfs)
 }
 
 // settle is how long a queued check waits for the rest of the change it

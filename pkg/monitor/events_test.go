@@ -19,6 +19,7 @@ import (
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/status"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
@@ -61,9 +62,6 @@ func newNode(t *testing.T, cfg Config, vfs int) *node {
 	}
 	if cfg.SysfsRoot == "" {
 		cfg.SysfsRoot = sys.Root
-	}
-	if cfg.Doctor != nil && cfg.Doctor.SysfsRoot == "" {
-		cfg.Doctor.SysfsRoot = sys.Root
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = time.Hour // one sweep at the start: the rest is events
@@ -268,7 +266,7 @@ func TestEventsSeenWithoutASweep(t *testing.T) {
 		t.Logf("%s: seen after %s, recovery after %s", c.what, took.Round(time.Millisecond), back.Round(time.Millisecond))
 	}
 	n.f.wantValue(t, 1, "sriov_stable_sweeps_total")
-	for _, src := range []string{sourceLink, sourceSysfs} {
+	for _, src := range []string{status.TriggerLink, status.TriggerSysfs} {
 		if v, _ := n.f.value(t, "sriov_stable_events_total", "source", src); v == 0 {
 			t.Errorf("no check queued by source %s", src)
 		}
@@ -277,11 +275,11 @@ func TestEventsSeenWithoutASweep(t *testing.T) {
 	// the RDMA port, and may come from the renames (the link is down while
 	// it is renamed).
 	for reason, want := range map[drift.Reason]int{drift.Renamed: 1, drift.AltNameMissing: 1, drift.MTU: 1} {
-		if got := n.f.logs.lines(`msg="drift detected"`, "reason="+string(reason)); got != want {
+		if got := n.f.logs.Lines(`msg="drift detected"`, "reason="+string(reason)); got != want {
 			t.Errorf("%s detected %d times, want %d:\n%s", reason, got, want, n.f.logs)
 		}
 	}
-	if got := n.f.logs.lines(`msg="drift detected"`, "reason=port-down"); got < 2 {
+	if got := n.f.logs.Lines(`msg="drift detected"`, "reason=port-down"); got < 2 {
 		t.Errorf("port-down detected %d times, want at least 2 (carrier, RDMA port):\n%s", got, n.f.logs)
 	}
 }
@@ -394,7 +392,7 @@ func TestBurstOfRenamesAllDetected(t *testing.T) {
 		t.Errorf("the last of %d renames seen %s after the burst began, want within %s", pods, took, eventBound)
 	}
 	for _, p := range n.pods {
-		if c := n.f.logs.count(`containerID=` + p.rec.ContainerID + ` `); c == 0 {
+		if c := n.f.logs.Count(`containerID=` + p.rec.ContainerID + ` `); c == 0 {
 			t.Errorf("nothing logged about %s", p.rec.ContainerID)
 		}
 	}
@@ -419,7 +417,7 @@ func TestRecordsWatchedFromAnEmptyStateDir(t *testing.T) {
 		return v == 1
 	})
 	n.f.wantValue(t, 1, "sriov_stable_sweeps_total")
-	n.f.wantValue(t, 1, "sriov_stable_events_total", "source", sourceRecord)
+	n.f.wantValue(t, 1, "sriov_stable_events_total", "source", status.TriggerRecord)
 }
 
 // A port that goes down between the attachment's first check and the

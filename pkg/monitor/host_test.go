@@ -18,10 +18,34 @@ import (
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/janitor"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/vfnet"
 )
+
+// withJanitor is cfg for a monitor beside a host janitor, as the agent
+// runs them with --repair=host: the monitor tells the janitor the names
+// its attachments carried. The janitor is made once the fixture is
+// (newJanitor), and so is called through *jan.
+func withJanitor(cfg Config, host ns.NetNS, jan **janitor.Janitor) Config {
+	cfg.Repairs.Host, cfg.HostNetns = true, host.Path()
+	cfg.Carried = func(pci string, names ...string) { (*jan).Carried(pci, names...) }
+	return cfg
+}
+
+// newJanitor is the host janitor of f's state dir, cleaning the netns
+// host whose VFs sysfsRoot describes, logging to f's log.
+func newJanitor(t *testing.T, f *fixture, host ns.NetNS, sysfsRoot string, jc janitor.Config) *janitor.Janitor {
+	t.Helper()
+	jc.StateDir, jc.SysfsRoot, jc.HostNetns, jc.Logger = f.store.Dir(), sysfsRoot, host.Path(), f.mon.log
+	jc.Interval, jc.Timeout = time.Second, 5*time.Second
+	j, err := janitor.New(jc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
 
 // hostLinks lists the host stand-in's links as name → altnames.
 func hostLinks(t *testing.T, host ns.NetNS) map[string][]string {
@@ -47,8 +71,9 @@ func hostLinks(t *testing.T, host ns.NetNS) map[string][]string {
 // With --repair=host, free VFs that came back from an attachment still
 // carrying its pod's name or altnames get their host name back (from a
 // .link file, else from the PCI address) and lose those altnames, once
-// they have looked so for a whole sweep; the proof is a record of the VF
-// whose netns is gone, or an attachment of it the monitor saw go. A VF
+// they have looked so for a whole cleanup interval; the proof is a record
+// of the VF whose netns is gone, or an attachment of it the monitor saw
+// go (and told the janitor of). A VF
 // that was never attached is left alone, though its name is a live pod's
 // ifname or looks like a pod's; so are a VF a live record claims and a VF
 // named well.
@@ -98,7 +123,13 @@ func TestHostCleanup(t *testing.T) {
 		t.Fatal(err)
 	}
 	heard := &recorder{}
-	f := newFixture(t, Config{SysfsRoot: sys.Root, Repairs: Repairs{Host: true}, HostNetns: host.Path(), LinkDir: linkDir, Notifiers: []Notifier{heard}})
+	var jan *janitor.Janitor
+	f := newFixture(t, withJanitor(Config{SysfsRoot: sys.Root}, host, &jan))
+	jan = newJanitor(t, f, host, sys.Root, janitor.Config{LinkDir: linkDir, Notifiers: []janitor.Notifier{heard}})
+	sweep := func() {
+		f.mon.Sweep(t.Context())
+		jan.CleanBounded()
+	}
 	live := harness.NewNetns(t)
 	gone := filepath.Join(t.TempDir(), "gone")
 	seenGo := []*state.Record{
@@ -116,9 +147,9 @@ func TestHostCleanup(t *testing.T) {
 	}
 	before := hostLinks(t, host)
 
-	f.mon.Sweep(t.Context())
+	sweep()
 	if diff := cmp.Diff(before, hostLinks(t, host)); diff != "" {
-		t.Errorf("the first sweep changed host links (it must wait a sweep):\n%s", diff)
+		t.Errorf("the first cleanup changed host links (it must wait an interval):\n%s", diff)
 	}
 	// GC removes the records of VFs 1 and 6: the monitor saw them go.
 	for _, r := range seenGo {
@@ -126,7 +157,7 @@ func TestHostCleanup(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f.mon.Sweep(t.Context())
+	sweep()
 	want := map[string][]string{
 		"ib0v0":                                {stable(0)},
 		vfnet.FallbackName(testutil.VFAddr(1)): {},
@@ -146,9 +177,11 @@ func TestHostCleanup(t *testing.T) {
 		}
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("host links after the second sweep (-want +got):\n%s\nlog:\n%s", diff, f.logs)
+		t.Errorf("host links after the second cleanup (-want +got):\n%s\nlog:\n%s", diff, f.logs)
 	}
-	f.wantValue(t, 4, "sriov_stable_repairs_total", "kind", RepairHost)
+	if made := jan.Snapshot().Made[RepairHost]; made != 4 {
+		t.Errorf("the janitor counts %d host repairs, want 4", made)
+	}
 	heardRepairs := heard.repairs()
 	sort.Strings(heardRepairs)
 	wantHeard := []string{
@@ -160,8 +193,8 @@ func TestHostCleanup(t *testing.T) {
 	if diff := cmp.Diff(wantHeard, heardRepairs); diff != "" {
 		t.Errorf("notifiers heard (-want +got):\n%s", diff)
 	}
-	f.mon.Sweep(t.Context())
-	if c := f.logs.count(`msg="free VF repaired on the host"`); c != 4 {
+	sweep()
+	if c := f.logs.Count(`msg="free VF repaired on the host"`); c != 4 {
 		t.Errorf("%d host repairs logged, want 4:\n%s", c, f.logs)
 	}
 	if strings.Contains(f.logs.String(), "not repaired") {
@@ -174,7 +207,9 @@ func TestHostCleanup(t *testing.T) {
 // and host cleanup gives it its host name back.
 func TestHostCleanupNameSeenInThePod(t *testing.T) {
 	host := harness.NewNetns(t)
-	n := newNode(t, Config{Repairs: Repairs{Host: true}, HostNetns: host.Path()}, 1)
+	var jan *janitor.Janitor
+	n := newNode(t, withJanitor(Config{}, host, &jan), 1)
+	jan = newJanitor(t, n.f, host, n.sys.Root, janitor.Config{})
 	n.run()
 	p := n.pods[0]
 	p.in(t, "net1", rename("eth9"))
@@ -192,8 +227,8 @@ func TestHostCleanupNameSeenInThePod(t *testing.T) {
 		_, drifted := n.f.value(t, "sriov_stable_attachments", "network", "ib-a", "status", "drifted")
 		return !ok && !drifted
 	})
-	n.f.mon.Sweep(t.Context())
-	n.f.mon.Sweep(t.Context())
+	jan.CleanBounded()
+	jan.CleanBounded()
 	want := map[string][]string{vfnet.FallbackName(p.rec.PCI): {p.rec.AltName}}
 	if diff := cmp.Diff(want, hostLinks(t, host)); diff != "" {
 		t.Errorf("host links (-want +got):\n%s\nlog:\n%s", diff, n.f.logs)

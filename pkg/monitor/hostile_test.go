@@ -34,7 +34,7 @@ func TestSweepWithHostileRecords(t *testing.T) {
 		"ib-a_zero_net1.json is a symbolic link to /dev/zero, not a regular file",
 		"ib-a_junk_net1.json is larger than 1 MiB",
 	} {
-		if n := f.logs.lines("level=WARN", "some attachment records are unreadable", "files=3", says); n != 1 {
+		if n := f.logs.Lines("level=WARN", "some attachment records are unreadable", "files=3", says); n != 1 {
 			t.Errorf("%d warnings saying %q over two sweeps, want 1:\n%s", n, says, f.logs)
 		}
 	}

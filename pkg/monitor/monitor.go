@@ -1,13 +1,13 @@
-// Package monitor is the sriov-stable-agent's drift monitor. It runs
-// CHECK's drift checks against every attachment ADD recorded: at once when
-// a VF's link changes in its pod netns (a link-notification socket per
-// attachment), when its RDMA port state or link layer changes (sysfs,
-// polled) or when a record appears, and over every record each interval as
-// the backstop. It repairs, where asked and where safe, a lost altname or
-// name in a pod and leftover names on free host VFs; marks attachments
-// whose netns vanished as stale and removes their records after a grace
-// period; runs the node doctor; and exports all of it as Prometheus
-// metrics. It needs no Kubernetes API server.
+// Package monitor is the sriov-stable-agent's attachment watcher, one of
+// its sources (see package status). It runs CHECK's drift checks against
+// every attachment ADD recorded: at once when a VF's link changes in its
+// pod netns (a link-notification socket per attachment), when its RDMA
+// port state or link layer changes (sysfs, polled) or when a record
+// appears, and over every record each interval as the backstop. It
+// repairs, where asked and where safe, a lost altname or name in a pod;
+// marks attachments whose netns vanished as stale and removes their
+// records after a grace period. Its notifiers hear each change; Snapshot
+// is what the exporters read. It needs no Kubernetes API server.
 package monitor
 
 import (
@@ -17,45 +17,29 @@ import (
 	"log/slog"
 	"runtime"
 	"slices"
-	"sort"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
-	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
-	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/hostconfig"
-	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/portwatch"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/status"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/vfnet"
 )
 
-// Status is what the last sweep concluded about an attachment.
-type Status string
-
-// Attachment statuses; the values are metric label values.
-const (
-	StatusOK      Status = "ok"      // checked, no drift
-	StatusDrifted Status = "drifted" // checked, at least one drift reason
-	StatusStale   Status = "stale"   // its network namespace is gone; the record goes after the grace period
-	StatusUnknown Status = "unknown" // the check failed or timed out; drift reasons are the last known ones
-)
-
-// Statuses lists every status, for metrics that must show zeros.
-var Statuses = []Status{StatusOK, StatusDrifted, StatusStale, StatusUnknown}
-
 // Defaults for Config fields left zero.
 const (
-	DefaultInterval       = 30 * time.Second
-	DefaultCheckTimeout   = 5 * time.Second
-	DefaultStaleGrace     = 10 * time.Minute
-	DefaultConcurrency    = 4
-	DefaultDoctorInterval = 5 * time.Minute
-	DefaultPollInterval   = time.Second
-	DefaultRepairBackoff  = 10 * time.Second
+	DefaultInterval      = 30 * time.Second
+	DefaultCheckTimeout  = 5 * time.Second
+	DefaultStaleGrace    = 10 * time.Minute
+	DefaultConcurrency   = 4
+	DefaultPollInterval  = time.Second
+	DefaultRepairBackoff = 10 * time.Second
 )
 
 // Config says what to watch and how often.
@@ -71,17 +55,7 @@ type Config struct {
 	StaleGrace time.Duration
 	// Concurrency is how many attachments are checked at once.
 	Concurrency int
-	// Doctor, when set, runs the node doctor every DoctorInterval, and
-	// between its runs the port watcher (package portwatch) reads every
-	// RDMA port the host sees each PortInterval and runs the doctor's port
-	// checks again when one changed: the report the notifiers and metrics
-	// see is the doctor's, with the port watcher's newer word on ports.
-	Doctor         *doctor.Options
-	DoctorInterval time.Duration
-	// PortInterval: zero means portwatch.DefaultInterval (1 s); negative
-	// turns the port watcher off (ports then wait for the doctor's runs).
-	PortInterval time.Duration
-	Logger       *slog.Logger
+	Logger      *slog.Logger
 	// Notifiers hear of each change after the log and metrics have it.
 	Notifiers []Notifier
 
@@ -100,14 +74,14 @@ type Config struct {
 	// maxRepairBackoff), so the monitor does not fight whatever keeps
 	// undoing them. Zero means DefaultRepairBackoff.
 	RepairBackoff time.Duration
-	// For host repairs: the host's network namespace ("" is the agent's
-	// own), the plugin's altName template ("" is its default) and where
-	// free VFs' host names come from (the hostconfig spec, the directory
-	// of hostconfig's .link files).
+	// HostNetns is the host's network namespace ("" is the agent's own):
+	// no pod repair is made in it, nor in the agent's own.
 	HostNetns string
-	AltName   string
-	Spec      *hostconfig.Spec
-	LinkDir   string
+	// Carried, when set, hears the names an attachment's VF carried in its
+	// pod (its record's ifname and altname when the attachment goes, a name
+	// a check saw it under): the host janitor's proof that a free VF
+	// carrying one came back from a pod (janitor.Janitor.Carried).
+	Carried func(pci string, names ...string)
 }
 
 // Notifier hears of what the monitor concludes, as it changes: the node
@@ -120,12 +94,9 @@ type Notifier interface {
 	// reasons newly seen, with their details, and those that cleared.
 	Drift(rec *state.Record, appeared []drift.Finding, cleared []drift.Reason)
 	// Repaired is called after the monitor put an attachment right: kind
-	// names the repair (RepairAltName, RepairName, RepairHost), detail says
-	// what changed. For RepairHost the VF had no attachment: rec holds only
-	// its PCI, PF and VFIndex (no pod).
+	// names the repair (RepairAltName, RepairName), detail says what
+	// changed.
 	Repaired(rec *state.Record, kind, detail string)
-	// Doctor is called after every completed doctor run with its report.
-	Doctor(rep *doctor.Report)
 }
 
 func (c *Config) applyDefaults() error {
@@ -156,12 +127,6 @@ func (c *Config) applyDefaults() error {
 	if c.Concurrency <= 0 {
 		c.Concurrency = DefaultConcurrency
 	}
-	if c.DoctorInterval == 0 {
-		c.DoctorInterval = DefaultDoctorInterval
-	}
-	if c.PortInterval == 0 {
-		c.PortInterval = portwatch.DefaultInterval
-	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -177,10 +142,17 @@ func (c *Config) applyDefaults() error {
 	if c.RepairBackoff < 0 {
 		return fmt.Errorf("repair backoff %s is negative", c.RepairBackoff)
 	}
-	if c.AltName == "" {
-		c.AltName = config.DefaultAltName
-	}
 	return nil
+}
+
+// Timing is the sweep interval and check timeout a monitor made from cfg
+// would use, zero fields given their defaults: the host janitor cleans on
+// the same schedule.
+func Timing(cfg Config) (interval, checkTimeout time.Duration, err error) {
+	if err := cfg.applyDefaults(); err != nil {
+		return 0, 0, err
+	}
+	return cfg.Interval, cfg.CheckTimeout, nil
 }
 
 // attachment is the monitor's memory of one record between checks.
@@ -189,7 +161,7 @@ func (c *Config) applyDefaults() error {
 // attachment), and ports (the poller's, see events.go).
 type attachment struct {
 	rec        *state.Record
-	status     Status
+	status     status.AttachmentStatus
 	drift      map[drift.Reason]string // current drift reasons → detail
 	staleSince time.Time
 	lastErr    string
@@ -218,7 +190,6 @@ type Monitor struct {
 	store *state.Store
 	sys   sysfs.Reader
 	log   *slog.Logger
-	met   *metrics
 	// ownNetns is the network namespace the agent runs in: with the one
 	// --host-netns names, the host's, where no pod repair is ever made.
 	ownNetns vfnet.NetnsID
@@ -241,9 +212,6 @@ type Monitor struct {
 	// recMu serializes reconciles: the sweep's and the state dir watch's.
 	recMu sync.Mutex
 	dirs  *dirWatch // nil without events, or when inotify is unavailable
-	// A host cleanup or a doctor run under way; either may be stuck in the
-	// kernel.
-	hostBusy, doctorBusy busySince
 	// subscribers are the goroutines opening link watches (subscribeAsync).
 	subscribers sync.WaitGroup
 
@@ -254,25 +222,18 @@ type Monitor struct {
 	workers     bool                    // Run's workers take the queue's keys
 	eventsOn    bool                    // Run's event machinery is up: reconcile opens subscriptions
 	subs        int                     // open link subscriptions
-	history     map[string][]string     // VF → names its attachments carried in their pods, for host cleanup
-	hostPrev    map[string]string       // leftover VFs of the last host scan → what they looked like
-	hostNotes   map[string]bool         // host cleanup notes already logged
 	started     time.Time
 	lastSweep   time.Time // end of the last completed sweep
 	lastTook    time.Duration
 	listErr     error  // the state dir could not be listed at all
 	readErrs    int    // record files that could not be read
 	readErrText string // what the last sweep said about them, "" for none
-	doctorRep   *doctor.Report
-	doctorErr   error
-	doctorAt    time.Time
-	doctorStart time.Time          // when the run of doctorRep began
-	ports       *doctor.PortReport // the port watcher's last report
-	nodeRep     *doctor.Report     // doctorRep with ports' newer word: what is published
-	// publishMu keeps the notifiers hearing reports in the order they were
-	// made: the doctor's loop and the port watcher both publish.
-	publishMu   sync.Mutex
-	doctorKnown map[string]doctor.Finding // check/subject → finding, for logging changes once
+
+	// Counters, for Snapshot; each safe without mu.
+	sweeps, timeouts, checkErrors, staleRemoved atomic.Uint64
+	driftEvents                                 status.Counts[status.NetworkReason]
+	triggers                                    status.Counts[string]
+	repairCounts                                status.RepairCounts
 }
 
 // New validates cfg and returns a monitor; nothing runs until Run or Sweep.
@@ -281,28 +242,23 @@ func New(cfg Config) (*Monitor, error) {
 		return nil, fmt.Errorf("monitor configuration: %w", err)
 	}
 	m := &Monitor{
-		cfg:       cfg,
-		store:     state.NewStore(cfg.StateDir),
-		sys:       sysfs.Reader{Root: cfg.SysfsRoot},
-		log:       cfg.Logger,
-		atts:      map[state.Key]*attachment{},
-		files:     map[string]state.Key{},
-		inflight:  map[state.Key]time.Time{},
-		history:   map[string][]string{},
-		hostPrev:  map[string]string{},
-		hostNotes: map[string]bool{},
+		cfg:      cfg,
+		store:    state.NewStore(cfg.StateDir),
+		sys:      sysfs.Reader{Root: cfg.SysfsRoot},
+		log:      cfg.Logger,
+		atts:     map[state.Key]*attachment{},
+		files:    map[string]state.Key{},
+		inflight: map[state.Key]time.Time{},
 		queue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[state.Key]{
 			Name: "sriov-stable-monitor",
 		}),
-		started:     time.Now(),
-		doctorKnown: map[string]doctor.Finding{},
+		started: time.Now(),
 	}
 	own, err := ownNetns()
 	if err != nil {
 		return nil, fmt.Errorf("the agent's own network namespace: %w", err)
 	}
 	m.ownNetns = own
-	m.met = newMetrics(m)
 	return m, nil
 }
 
@@ -315,8 +271,8 @@ func ownNetns() (vfnet.NetnsID, error) {
 	return vfnet.NetnsIDOf("/proc/thread-self/ns/net")
 }
 
-// Run sweeps every interval, checks attachments as events come (unless
-// SweepOnly), and runs the doctor every doctor interval, until ctx ends.
+// Run sweeps every interval and checks attachments as events come (unless
+// SweepOnly), until ctx ends.
 // When it returns, every link subscription is closed. It returns even
 // while a sysfs or netlink read blocks in the kernel: the goroutine stuck
 // in it is left behind, and ends when the read does.
@@ -325,21 +281,13 @@ func (m *Monitor) Run(ctx context.Context) {
 		"interval", m.cfg.Interval, "checkTimeout", m.cfg.CheckTimeout, "staleGrace", m.cfg.StaleGrace,
 		"events", !m.cfg.SweepOnly, "pollInterval", m.cfg.PollInterval, "repair", m.cfg.Repairs.String())
 	var wg sync.WaitGroup
-	if m.cfg.Doctor != nil {
-		wg.Go(func() { m.every(ctx, m.cfg.DoctorInterval, m.runDoctorBounded) })
-		if m.cfg.PortInterval > 0 {
-			w := portwatch.New(portwatch.Config{Doctor: *m.cfg.Doctor, Interval: m.cfg.PortInterval,
-				Changed: m.portsChanged, Logger: m.log})
-			// Not waited for: a port read that never returns (a wedged
-			// HCA) stalls the port watch alone, and Run still returns.
-			go w.Run(ctx)
-		}
-	}
 	m.startWorkers(ctx, &wg)
 	if !m.cfg.SweepOnly {
 		m.startEvents(ctx, &wg)
 	}
-	m.every(ctx, m.cfg.Interval, m.Sweep)
+	// Non-sliding: a sweep longer than the interval delays the next one
+	// rather than overlapping it.
+	wait.NonSlidingUntilWithContext(ctx, m.Sweep, m.cfg.Interval)
 	wg.Wait()
 	m.stopEvents()
 }
@@ -369,23 +317,8 @@ func (m *Monitor) startWorkers(ctx context.Context, wg *sync.WaitGroup) {
 
 // queueCheck asks for a check of key after settle, counting what asked.
 func (m *Monitor) queueCheck(key state.Key, source string) {
-	m.met.events.WithLabelValues(source).Inc()
+	m.triggers.Inc(source)
 	m.queue.AddAfter(key, settle)
-}
-
-// every runs fn now and then each period until ctx ends; a run longer than
-// the period delays the next one rather than overlapping it.
-func (m *Monitor) every(ctx context.Context, period time.Duration, fn func(context.Context)) {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		fn(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // outcome is one attachment's check result.
@@ -420,9 +353,6 @@ func (m *Monitor) Sweep(ctx context.Context) {
 	}
 	m.mu.Unlock()
 	m.checkAll(ctx, recs)
-	if m.cfg.Repairs.Host && !listFailed {
-		m.cleanHostBounded(recs)
-	}
 	took := time.Since(start)
 	m.mu.Lock()
 	prevListErr, prevReadErrText := m.listErr, m.readErrText
@@ -449,7 +379,7 @@ func (m *Monitor) Sweep(ctx context.Context) {
 	case !listFailed && prevListErr != nil:
 		m.log.Info("attachment records readable again", "stateDir", m.cfg.StateDir)
 	}
-	m.met.sweeps.Inc()
+	m.sweeps.Add(1)
 	m.log.Debug("sweep done", "attachments", len(recs), "took", took)
 }
 
@@ -592,7 +522,7 @@ func (m *Monitor) process(ctx context.Context, key state.Key) {
 	select {
 	case <-done:
 	case <-timer.C:
-		m.met.timeouts.Inc()
+		m.timeouts.Add(1)
 		m.mu.Lock()
 		stuck := m.inflight[key] == started
 		m.mu.Unlock()
@@ -665,11 +595,11 @@ func (m *Monitor) inspect(rec *state.Record) outcome {
 		m.mu.Lock()
 		if a := m.current(rec); a != nil {
 			a.ifindex = obs.IfIndex
-			if obs.Name != rec.IfName {
-				m.carried(rec.PCI, obs.Name) // it may come home so named
-			}
 		}
 		m.mu.Unlock()
+		if obs.Name != rec.IfName {
+			m.carried(rec.PCI, obs.Name) // it may come home so named
+		}
 	}
 	o := outcome{findings: drift.Compare(exp, obs)}
 	kinds, retry := repairsFor(o.findings, allowed, waiting)
@@ -812,45 +742,25 @@ func (m *Monitor) reconciled(added []*attachment, closing []*subscription, event
 	}
 	for _, a := range added {
 		m.subscribeBounded(a)
-		m.queueCheck(a.rec.Key(), sourceRecord)
+		m.queueCheck(a.rec.Key(), status.TriggerRecord)
 	}
 }
 
-// forget notes the pod names of an attachment that goes: a VF that comes
-// home still carrying them is cleaned up on the host. Call with mu held.
+// forget notes the pod names of an attachment that goes (a VF that comes
+// home still carrying them is cleaned up on the host) and closes its port
+// poll. Call with mu held.
 func (m *Monitor) forget(a *attachment) {
 	m.carried(a.rec.PCI, a.rec.IfName, a.rec.AltName)
 	a.sub = nil
 	a.ports.close()
 }
 
-// History bounds: names kept per VF (the newest), VFs kept in all.
-const (
-	historyNames = 8
-	historyVFs   = 4096
-)
-
-// carried notes names an attachment of VF pci carried in its pod (its
-// record's ifname and altname, a name a check saw it under): the proof
-// host cleanup needs before it renames a free VF that carries one of them.
-// The history is the agent's memory only; it starts empty at each start,
-// where the records of pods whose netns is gone still prove theirs. Call
-// with mu held.
+// carried passes names an attachment of VF pci carried in its pod to
+// Config.Carried.
 func (m *Monitor) carried(pci string, names ...string) {
-	if len(m.history) >= historyVFs && m.history[pci] == nil {
-		m.history = map[string][]string{}
+	if m.cfg.Carried != nil {
+		m.cfg.Carried(pci, names...)
 	}
-	h := m.history[pci]
-	for _, n := range names {
-		if n == "" || slices.Contains(h, n) {
-			continue
-		}
-		h = append(h, n)
-		if len(h) > historyNames {
-			h = h[1:]
-		}
-	}
-	m.history[pci] = h
 }
 
 // retryLater queues a check of the attachment at t (not zero), when a
@@ -909,28 +819,28 @@ func (m *Monitor) applyLocked(rec *state.Record, o outcome, now time.Time) (expi
 		}
 		m.retryLater(a, o.retryAt)
 	case errors.Is(o.err, drift.ErrNetnsGone):
-		if a.status != StatusStale {
+		if a.status != status.Stale {
 			a.staleSince = now
 			m.log.Warn("attachment's network namespace is gone; its record is removed after the grace period unless DEL comes first",
 				append(attachmentAttrs(rec), "grace", m.cfg.StaleGrace)...)
 		}
-		a.status, a.drift, a.lastErr = StatusStale, map[drift.Reason]string{}, ""
+		a.status, a.drift, a.lastErr = status.Stale, map[drift.Reason]string{}, ""
 		if now.Sub(a.staleSince) >= m.cfg.StaleGrace {
 			expired = a
 		}
 	default:
-		if a.status != StatusUnknown || a.lastErr != o.err.Error() {
+		if a.status != status.Unknown || a.lastErr != o.err.Error() {
 			m.log.Warn("cannot check attachment", append(attachmentAttrs(rec), "err", o.err)...)
 		}
 		if !o.timedOut {
-			m.met.checkErrors.Inc()
+			m.checkErrors.Add(1)
 			// A read that failed once (a device probed again, a file
 			// replaced as it was read) is tried again soon, not left to
 			// the sweep; one that keeps failing, less and less often.
 			a.errBackoff = min(max(2*a.errBackoff, m.cfg.PollInterval), m.cfg.Interval)
 			m.retryLater(a, now.Add(a.errBackoff))
 		}
-		a.status, a.lastErr = StatusUnknown, o.err.Error()
+		a.status, a.lastErr = status.Unknown, o.err.Error()
 	}
 	return expired, slices.DeleteFunc(notes, func(f func()) bool { return f == nil })
 }
@@ -949,7 +859,7 @@ func (m *Monitor) applyFindings(a *attachment, findings []drift.Finding) func() 
 		_, was := a.drift[r]
 		switch {
 		case drifting && !was:
-			m.met.driftEvents.WithLabelValues(labelValue(a.rec.Network), string(r)).Inc()
+			m.driftEvents.Inc(status.NetworkReason{Network: a.rec.Network, Reason: r})
 			m.log.Warn("drift detected", append(attachmentAttrs(a.rec), "reason", string(r), "detail", detail)...)
 			appeared = append(appeared, drift.Finding{Reason: r, Detail: detail})
 		case !drifting && was:
@@ -957,13 +867,13 @@ func (m *Monitor) applyFindings(a *attachment, findings []drift.Finding) func() 
 			cleared = append(cleared, r)
 		}
 	}
-	if a.status == StatusUnknown || a.status == StatusStale {
+	if a.status == status.Unknown || a.status == status.Stale {
 		m.log.Info("attachment can be checked again", attachmentAttrs(a.rec)...)
 	}
 	a.drift, a.lastErr = now, ""
-	a.status = StatusOK
+	a.status = status.OK
 	if len(now) > 0 {
-		a.status = StatusDrifted
+		a.status = status.Drifted
 	}
 	if len(appeared) == 0 && len(cleared) == 0 || len(m.cfg.Notifiers) == 0 {
 		return nil
@@ -995,7 +905,7 @@ func (m *Monitor) removeStale(a *attachment) {
 		m.log.Error("cannot remove stale record", append(attachmentAttrs(rec), "err", err)...)
 		return
 	}
-	m.met.staleRemoved.Inc()
+	m.staleRemoved.Add(1)
 	m.mu.Lock()
 	staleFor := time.Since(a.staleSince).Round(time.Millisecond)
 	var sub *subscription
@@ -1008,73 +918,6 @@ func (m *Monitor) removeStale(a *attachment) {
 	m.mu.Unlock()
 	sub.close()
 	m.log.Info("removed the record of an attachment whose network namespace is gone", append(attachmentAttrs(rec), "staleFor", staleFor)...)
-}
-
-// RunDoctor runs the node doctor once and publishes its report.
-func (m *Monitor) RunDoctor(context.Context) {
-	if m.cfg.Doctor == nil {
-		return
-	}
-	started := time.Now()
-	rep, err := doctor.Run(*m.cfg.Doctor)
-	m.mu.Lock()
-	m.doctorAt = time.Now()
-	if err != nil {
-		if m.doctorErr == nil || m.doctorErr.Error() != err.Error() {
-			m.log.Error("node doctor cannot run", "err", err)
-		}
-		m.doctorErr = err
-		m.mu.Unlock()
-		return
-	}
-	m.doctorRep, m.doctorStart, m.doctorErr = rep, started, nil
-	m.mu.Unlock()
-	m.publish()
-}
-
-// portsChanged is the port watcher's Changed: its report is published at
-// once, merged into the doctor's last one (none yet: the first doctor run
-// publishes it).
-func (m *Monitor) portsChanged(p *doctor.PortReport) {
-	m.mu.Lock()
-	m.ports = p
-	ready := m.doctorRep != nil
-	m.mu.Unlock()
-	if ready {
-		m.publish()
-	}
-}
-
-// publish makes the node report (the doctor's last, with the port
-// watcher's newer word on ports), logs the findings that appeared or went
-// away since the last one published, and tells the notifiers.
-func (m *Monitor) publish() {
-	m.publishMu.Lock()
-	defer m.publishMu.Unlock()
-	m.mu.Lock()
-	rep := m.doctorRep.WithPorts(m.doctorStart, m.ports)
-	m.nodeRep = rep
-	now := map[string]doctor.Finding{}
-	for _, f := range rep.Findings {
-		now[f.Check+"\x00"+f.Subject+"\x00"+string(f.Severity)] = f
-	}
-	for _, k := range sortedKeys(now) {
-		if _, ok := m.doctorKnown[k]; !ok && now[k].Severity != doctor.SeverityInfo {
-			f := now[k]
-			m.log.Warn("node doctor finding", "check", f.Check, "severity", string(f.Severity), "subject", f.Subject, "message", f.Message, "remedy", f.Remedy)
-		}
-	}
-	for _, k := range sortedKeys(m.doctorKnown) {
-		if _, ok := now[k]; !ok && m.doctorKnown[k].Severity != doctor.SeverityInfo {
-			f := m.doctorKnown[k]
-			m.log.Info("node doctor finding cleared", "check", f.Check, "severity", string(f.Severity), "subject", f.Subject)
-		}
-	}
-	m.doctorKnown = now
-	m.mu.Unlock()
-	for _, n := range m.cfg.Notifiers {
-		n.Doctor(rep)
-	}
 }
 
 // Health says whether the sweep loop is alive: a sweep completed within
@@ -1130,11 +973,34 @@ func countReadErrors(err error) int {
 	return 0
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+// Snapshot is the monitor's view for the exporters: a copy, each
+// attachment's drift reasons in drift.Reasons' order, the list in key
+// order.
+func (m *Monitor) Snapshot() status.Attachments {
+	m.mu.Lock()
+	out := status.Attachments{
+		List:          make([]status.Attachment, 0, len(m.atts)),
+		LastSweep:     m.lastSweep,
+		LastSweepTook: m.lastTook,
+		RecordErrors:  m.readErrs,
+		Subscriptions: m.subs,
 	}
-	sort.Strings(keys)
-	return keys
+	for _, a := range m.atts {
+		att := status.Attachment{Record: a.rec, Status: a.status}
+		for _, r := range drift.Reasons {
+			if _, ok := a.drift[r]; ok {
+				att.Drift = append(att.Drift, r)
+			}
+		}
+		out.List = append(out.List, att)
+	}
+	m.mu.Unlock()
+	slices.SortFunc(out.List, func(a, b status.Attachment) int {
+		return strings.Compare(state.FileName(a.Record.Key()), state.FileName(b.Record.Key()))
+	})
+	out.Sweeps, out.Timeouts = m.sweeps.Load(), m.timeouts.Load()
+	out.CheckErrors, out.StaleRemoved = m.checkErrors.Load(), m.staleRemoved.Load()
+	out.DriftEvents, out.Triggers = m.driftEvents.Snapshot(), m.triggers.Snapshot()
+	out.Repairs = m.repairCounts.Snapshot()
+	return out
 }

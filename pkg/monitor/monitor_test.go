@@ -1,7 +1,6 @@
 package monitor
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -17,52 +16,17 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
-	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/promtest"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/promexport"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
-	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/status"
 )
 
 // syncBuffer is a log sink safe for the monitor's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) count(substr string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Count(s.b.String(), substr)
-}
-
-// lines counts the lines holding every one of parts.
-func (s *syncBuffer) lines(parts ...string) int {
-	n := 0
-	for _, line := range strings.Split(s.String(), "\n") {
-		all := line != ""
-		for _, p := range parts {
-			all = all && strings.Contains(line, p)
-		}
-		if all {
-			n++
-		}
-	}
-	return n
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testutil.LogBuffer
 
 type fixture struct {
 	mon   *Monitor
@@ -86,8 +50,15 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(m.Collector())
+	reg.MustRegister(promexport.NewCollector(promexport.Sources{Attachments: m.Snapshot}))
 	return &fixture{mon: m, store: state.NewStore(cfg.StateDir), reg: reg, logs: logs}
+}
+
+// handler serves the fixture's registry, with the monitor's probes, as
+// the agent does.
+func (f *fixture) handler() http.Handler {
+	return promexport.Handler(f.reg, promexport.Probes{Health: f.mon.Health, Ready: f.mon.Ready,
+		Stuck: []func(time.Time) []string{f.mon.Stuck}})
 }
 
 func record(network, id, netns string) *state.Record {
@@ -101,51 +72,12 @@ func record(network, id, netns string) *state.Record {
 // value returns the value of the series name{labels}, and whether it exists.
 func (f *fixture) value(t *testing.T, name string, labels ...string) (float64, bool) {
 	t.Helper()
-	mfs, err := f.reg.Gather()
-	if err != nil {
-		t.Fatalf("gather metrics: %v", err)
-	}
-	want := map[string]string{}
-	for i := 0; i+1 < len(labels); i += 2 {
-		want[labels[i]] = labels[i+1]
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if !labelsMatch(m.GetLabel(), want) {
-				continue
-			}
-			switch {
-			case m.GetGauge() != nil:
-				return m.GetGauge().GetValue(), true
-			case m.GetCounter() != nil:
-				return m.GetCounter().GetValue(), true
-			}
-		}
-	}
-	return 0, false
-}
-
-func labelsMatch(got []*dto.LabelPair, want map[string]string) bool {
-	if len(got) != len(want) {
-		return false
-	}
-	for _, l := range got {
-		if want[l.GetName()] != l.GetValue() {
-			return false
-		}
-	}
-	return true
+	return promtest.Value(t, f.reg, name, labels...)
 }
 
 func (f *fixture) wantValue(t *testing.T, want float64, name string, labels ...string) {
 	t.Helper()
-	got, ok := f.value(t, name, labels...)
-	if !ok || got != want {
-		t.Errorf("%s%v = %v (present %v), want %v", name, labels, got, ok, want)
-	}
+	promtest.Want(t, f.reg, want, name, labels...)
 }
 
 // A drift is logged once when it appears and once when it recovers, however
@@ -156,15 +88,15 @@ func TestDriftLoggedOnceAndRecovered(t *testing.T) {
 	renamed := []drift.Finding{{Reason: drift.Renamed, Detail: `VF is named "eth3", want "net1"`}}
 	steps := []struct {
 		findings []drift.Finding
-		status   Status
+		status   status.AttachmentStatus
 		renamed  float64
 	}{
-		{nil, StatusOK, 0},
-		{renamed, StatusDrifted, 1},
-		{renamed, StatusDrifted, 1},
-		{append(renamed, drift.Finding{Reason: drift.PortDown, Detail: "no carrier"}), StatusDrifted, 1},
-		{nil, StatusOK, 0},
-		{nil, StatusOK, 0},
+		{nil, status.OK, 0},
+		{renamed, status.Drifted, 1},
+		{renamed, status.Drifted, 1},
+		{append(renamed, drift.Finding{Reason: drift.PortDown, Detail: "no carrier"}), status.Drifted, 1},
+		{nil, status.OK, 0},
+		{nil, status.OK, 0},
 	}
 	for i, s := range steps {
 		f.mon.apply([]*state.Record{rec}, []outcome{{findings: s.findings}}, time.Now())
@@ -179,10 +111,10 @@ func TestDriftLoggedOnceAndRecovered(t *testing.T) {
 			t.Errorf("no zero series for reason %s", r)
 		}
 	}
-	if n := f.logs.count(`msg="drift detected"`); n != 2 {
+	if n := f.logs.Count(`msg="drift detected"`); n != 2 {
 		t.Errorf("logged %d drift detections, want 2 (renamed, then port-down):\n%s", n, f.logs)
 	}
-	if n := f.logs.count(`msg="drift recovered"`); n != 2 {
+	if n := f.logs.Count(`msg="drift recovered"`); n != 2 {
 		t.Errorf("logged %d recoveries, want 2:\n%s", n, f.logs)
 	}
 	f.wantValue(t, 1, "sriov_stable_drift_events_total", "network", "ib-a", "reason", "renamed")
@@ -207,7 +139,7 @@ func TestCheckErrorsLoggedOnce(t *testing.T) {
 	f.wantValue(t, 1, "sriov_stable_attachments", "network", "ib-a", "status", "unknown")
 	f.wantValue(t, 1, "sriov_stable_attachment_drift", "network", "ib-a", "reason", "mac")
 	f.wantValue(t, 3, "sriov_stable_check_errors_total")
-	if n := f.logs.count(`msg="cannot check attachment"`); n != 2 {
+	if n := f.logs.Count(`msg="cannot check attachment"`); n != 2 {
 		t.Errorf("logged %d check failures, want 2 (one per distinct error):\n%s", n, f.logs)
 	}
 }
@@ -242,10 +174,10 @@ func TestStaleRecordRemovedAfterGrace(t *testing.T) {
 	if _, ok := f.value(t, "sriov_stable_attachments", "network", "ib-a", "status", "stale"); ok {
 		t.Error("stale series remains after the record was removed")
 	}
-	if n := f.logs.count("its record is removed after the grace period"); n != 1 {
+	if n := f.logs.Count("its record is removed after the grace period"); n != 1 {
 		t.Errorf("logged the vanished netns %d times, want once:\n%s", n, f.logs)
 	}
-	if n := f.logs.count("removed the record"); n != 1 {
+	if n := f.logs.Count("removed the record"); n != 1 {
 		t.Errorf("logged the removal %d times, want once:\n%s", n, f.logs)
 	}
 }
@@ -258,7 +190,7 @@ func TestStaleRemovalSparesReplacedRecord(t *testing.T) {
 	if err := f.store.Save(old); err != nil {
 		t.Fatal(err)
 	}
-	a := &attachment{rec: old, status: StatusStale, staleSince: time.Now()}
+	a := &attachment{rec: old, status: status.Stale, staleSince: time.Now()}
 	replaced := *old
 	replaced.Netns = "/run/netns/new"
 	if err := f.store.Save(&replaced); err != nil {
@@ -296,47 +228,14 @@ func TestUnreadableRecordsAndStateDir(t *testing.T) {
 	if err := g.mon.Ready(); err == nil {
 		t.Error("ready although the state dir cannot be listed")
 	}
-	if n := g.logs.count("cannot list attachment records"); n != 1 {
+	if n := g.logs.Count("cannot list attachment records"); n != 1 {
 		t.Errorf("logged the listing failure %d times, want once:\n%s", n, g.logs)
 	}
 }
 
-func TestDoctorFindingsAsGauges(t *testing.T) {
-	n := sysfstest.NewDGXH200(t)
-	vf := n.PFs[2].VFs[1]
-	n.SetRDMA(vf.PCI, sysfstest.RDMA{Name: vf.RDMA, NodeGUID: "0000:0000:0000:0000", Ports: []sysfstest.Port{{GID0: sysfstest.GID0(vf.PortGUID)}}})
-	f := newFixture(t, Config{Doctor: &doctor.Options{SysfsRoot: n.Root, ExpectVFs: 8}})
-	if _, ok := f.value(t, "sriov_stable_doctor_up"); ok {
-		t.Error("doctor metrics before the doctor ran")
-	}
-	f.mon.RunDoctor(context.Background())
-	f.wantValue(t, 1, "sriov_stable_doctor_up")
-	f.wantValue(t, 1, "sriov_stable_doctor_finding", "check", doctor.CheckGUIDInvalid, "severity", "error", "subject", vf.PCI)
-	f.wantValue(t, 1, "sriov_stable_doctor_findings", "severity", "error")
-	f.wantValue(t, 0, "sriov_stable_doctor_findings", "severity", "warning")
-	f.mon.RunDoctor(context.Background())
-	if n := f.logs.count(`msg="node doctor finding"`); n != 1 {
-		t.Errorf("logged the finding %d times over two runs, want once:\n%s", n, f.logs)
-	}
-
-	// Repaired: the finding clears, and its series goes.
-	n.SetRDMA(vf.PCI, sysfstest.RDMA{Name: vf.RDMA, NodeGUID: vf.NodeGUID, Ports: []sysfstest.Port{{GID0: sysfstest.GID0(vf.PortGUID)}}})
-	f.mon.RunDoctor(context.Background())
-	if _, ok := f.value(t, "sriov_stable_doctor_finding", "check", doctor.CheckGUIDInvalid, "severity", "error", "subject", vf.PCI); ok {
-		t.Error("series of a cleared finding remains")
-	}
-	if n := f.logs.count(`msg="node doctor finding cleared"`); n != 1 {
-		t.Errorf("logged the clearing %d times, want once:\n%s", n, f.logs)
-	}
-
-	g := newFixture(t, Config{Doctor: &doctor.Options{SysfsRoot: filepath.Join(t.TempDir(), "missing")}})
-	g.mon.RunDoctor(context.Background())
-	g.wantValue(t, 0, "sriov_stable_doctor_up")
-}
-
 func TestProbesAndMetricsEndpoint(t *testing.T) {
 	f := newFixture(t, Config{Interval: 100 * time.Millisecond})
-	srv := httptest.NewServer(f.mon.Handler(f.reg))
+	srv := httptest.NewServer(f.handler())
 	defer srv.Close()
 	get := func(path string) (int, string) {
 		resp, err := http.Get(srv.URL + path)
@@ -422,8 +321,6 @@ type recorder struct {
 	mu       sync.Mutex
 	heard    []string
 	repaired []string
-	reports  int
-	last     *doctor.Report
 }
 
 func (r *recorder) Drift(rec *state.Record, appeared []drift.Finding, cleared []drift.Reason) {
@@ -453,26 +350,11 @@ func (r *recorder) repairs() []string {
 	return slices.Clone(r.repaired)
 }
 
-func (r *recorder) Doctor(rep *doctor.Report) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.reports++
-	r.last = rep
-}
-
-// lastReport is the last report heard and how many were.
-func (r *recorder) lastReport() (*doctor.Report, int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.last, r.reports
-}
-
-// A notifier hears each drift change once, with its detail, and each
-// completed doctor run; never while the monitor holds its lock.
+// A notifier hears each drift change once, with its detail; never while
+// the monitor holds its lock.
 func TestNotifierHearsChanges(t *testing.T) {
 	rec := &recorder{}
-	n := sysfstest.NewDGXH200(t)
-	f := newFixture(t, Config{Notifiers: []Notifier{rec}, Doctor: &doctor.Options{SysfsRoot: n.Root}})
+	f := newFixture(t, Config{Notifiers: []Notifier{rec}})
 	r := record("ib-a", "c1", "/run/netns/pod1")
 	renamed := drift.Finding{Reason: drift.Renamed, Detail: "named eth3"}
 	port := drift.Finding{Reason: drift.PortDown, Detail: "no carrier"}
@@ -489,10 +371,5 @@ func TestNotifierHearsChanges(t *testing.T) {
 	want := []string{"c1 +renamed named eth3", "c1 +port-down no carrier", "c1 -renamed", "c1 -port-down"}
 	if diff := cmp.Diff(want, rec.heard); diff != "" {
 		t.Errorf("heard (-want +got):\n%s", diff)
-	}
-	f.mon.RunDoctor(context.Background())
-	f.mon.RunDoctor(context.Background())
-	if rec.reports != 2 {
-		t.Errorf("heard %d doctor reports after 2 runs", rec.reports)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/status"
 )
 
 // forgotten is a log handler that signals each "attachment record gone"
@@ -80,7 +81,7 @@ func removeOneByOne(t *testing.T, n int) time.Duration {
 		defer m.mu.Unlock()
 		c := 0
 		for _, a := range m.atts {
-			if a.status == StatusStale {
+			if a.status == status.Stale {
 				c++
 			}
 		}

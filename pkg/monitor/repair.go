@@ -14,34 +14,16 @@ import (
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/status"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/vfnet"
 )
 
-// Repair kinds: the values of --repair and of the kind metric label.
+// Repair kinds, as --repair names them (package status's).
 const (
-	// RepairAltName re-adds a pod VF's stable altname; traffic is untouched.
-	RepairAltName = "altname"
-	// RepairName renames a pod VF back to its recorded ifname. The kernel
-	// renames only a down link: the VF is down for the few milliseconds
-	// the rename takes.
-	RepairName = "name"
-	// RepairHost gives a free VF in the host netns its host name back and
-	// removes altnames a pod left on it.
-	RepairHost = "host"
+	RepairAltName = status.RepairAltName
+	RepairName    = status.RepairName
+	RepairHost    = status.RepairHost
 )
-
-// RepairKinds lists every repair kind, in the order the monitor applies them.
-var RepairKinds = []string{RepairAltName, RepairName, RepairHost}
-
-// Why a repair was not made; metric label values.
-const (
-	refusedNotOwner  = "not-owner"  // the record changed or went, another record claims the VF, or the VF or netns is not the one checked
-	refusedNameTaken = "name-taken" // another link holds the name or altname
-	refusedFailed    = "failed"     // a lock, read or netlink request failed
-	refusedHostNetns = "host-netns" // the record's netns is the host's: a pod repair there would change the host
-)
-
-var refusals = []string{refusedNotOwner, refusedNameTaken, refusedFailed, refusedHostNetns}
 
 // maxRepairBackoff bounds the wait between repeated repairs of one kind on
 // one attachment.
@@ -66,7 +48,7 @@ func ParseRepairs(s string) (Repairs, error) {
 		case RepairHost:
 			r.Host = true
 		default:
-			return Repairs{}, fmt.Errorf("repair kind %q is not one of %s (or none)", kind, strings.Join(RepairKinds, ", "))
+			return Repairs{}, fmt.Errorf("repair kind %q is not one of %s (or none)", kind, strings.Join(status.RepairKinds, ", "))
 		}
 	}
 	return r, nil
@@ -75,7 +57,7 @@ func ParseRepairs(s string) (Repairs, error) {
 // String is the list ParseRepairs reads.
 func (r Repairs) String() string {
 	var kinds []string
-	for _, k := range RepairKinds {
+	for _, k := range status.RepairKinds {
 		if r.has(k) {
 			kinds = append(kinds, k)
 		}
@@ -152,7 +134,9 @@ func repairsFor(findings []drift.Finding, allowed []string, waiting map[string]t
 			retry = t
 		}
 	}
-	slices.SortFunc(kinds, func(a, b string) int { return slices.Index(RepairKinds, a) - slices.Index(RepairKinds, b) })
+	slices.SortFunc(kinds, func(a, b string) int {
+		return slices.Index(status.RepairKinds, a) - slices.Index(status.RepairKinds, b)
+	})
 	return kinds, retry
 }
 
@@ -175,11 +159,11 @@ func (m *Monitor) repairPod(rec *state.Record, exp drift.Expect, seen *drift.Obs
 	}
 	lock, err := m.store.LockVF(rec.PCI)
 	if err != nil {
-		return refuse(refusedFailed, "%v", err)
+		return refuse(status.RefusedFailed, "%v", err)
 	}
 	defer lock.Unlock()
 	if why := m.stillOwner(lock, rec); why != "" {
-		return refuse(refusedNotOwner, "%s", why)
+		return refuse(status.RefusedNotOwner, "%s", why)
 	}
 	err = vfnet.InNetns(rec.Netns, func(h *vfnet.Handle) error {
 		obs, link, l, err := drift.ObserveWith(h, exp, m.sys)
@@ -190,16 +174,16 @@ func (m *Monitor) repairPod(rec *state.Record, exp drift.Expect, seen *drift.Obs
 		host, err := m.isHostNetns(obs.Netns)
 		switch {
 		case err != nil:
-			results, _ = refuse(refusedFailed, "cannot tell whether netns %s is the host's: %v", rec.Netns, err)
+			results, _ = refuse(status.RefusedFailed, "cannot tell whether netns %s is the host's: %v", rec.Netns, err)
 			return nil
 		case host:
-			results, _ = refuse(refusedHostNetns, "netns %s is the host's network namespace (%s): no pod repair is made there", rec.Netns, obs.Netns)
+			results, _ = refuse(status.RefusedHostNetns, "netns %s is the host's network namespace (%s): no pod repair is made there", rec.Netns, obs.Netns)
 			return nil
 		case obs.Netns != seen.Netns:
-			results, _ = refuse(refusedNotOwner, "netns %s is now %s, not %s where the drift was seen", rec.Netns, obs.Netns, seen.Netns)
+			results, _ = refuse(status.RefusedNotOwner, "netns %s is now %s, not %s where the drift was seen", rec.Netns, obs.Netns, seen.Netns)
 			return nil
 		case !obs.Found:
-			results, _ = refuse(refusedNotOwner, "VF %s is no longer in netns %s (it holds: %s)", rec.PCI, rec.Netns, strings.Join(obs.Present, ", "))
+			results, _ = refuse(status.RefusedNotOwner, "VF %s is no longer in netns %s (it holds: %s)", rec.PCI, rec.Netns, strings.Join(obs.Present, ", "))
 			return nil
 		}
 		for _, k := range kinds {
@@ -221,7 +205,7 @@ func (m *Monitor) repairPod(rec *state.Record, exp drift.Expect, seen *drift.Obs
 		return nil
 	})
 	if err != nil && len(results) == 0 {
-		return refuse(refusedFailed, "%v", err)
+		return refuse(status.RefusedFailed, "%v", err)
 	}
 	return results, after
 }
@@ -283,10 +267,10 @@ func (m *Monitor) repairLink(h *vfnet.Handle, rec *state.Record, l netlink.Link,
 			return nil
 		}
 		if holder, err := h.LinkByName(rec.AltName); err != nil || holder != nil {
-			return fail(refusedNameTaken, "altname %s is taken in netns %s by %s", rec.AltName, rec.Netns, linkName(holder, err))
+			return fail(status.RefusedNameTaken, "altname %s is taken in netns %s by %s", rec.AltName, rec.Netns, linkName(holder, err))
 		}
 		if err := h.AddAltName(l, rec.AltName); err != nil {
-			return fail(refusedFailed, "%v", err)
+			return fail(status.RefusedFailed, "%v", err)
 		}
 		return &repairResult{kind: kind, detail: fmt.Sprintf("added altname %s to %s again", rec.AltName, a.Name)}
 	case RepairName:
@@ -294,11 +278,11 @@ func (m *Monitor) repairLink(h *vfnet.Handle, rec *state.Record, l netlink.Link,
 			return nil
 		}
 		if holder, err := h.LinkByName(rec.IfName); err != nil || holder != nil {
-			return fail(refusedNameTaken, "%s is taken in netns %s by %s", rec.IfName, rec.Netns, linkName(holder, err))
+			return fail(status.RefusedNameTaken, "%s is taken in netns %s by %s", rec.IfName, rec.Netns, linkName(holder, err))
 		}
 		start := time.Now()
 		if err := h.Rename(l, rec.IfName); err != nil {
-			return fail(refusedFailed, "%v", err)
+			return fail(status.RefusedFailed, "%v", err)
 		}
 		detail := fmt.Sprintf("renamed %s back to %s", a.Name, rec.IfName)
 		if a.Flags&net.FlagUp != 0 {
@@ -306,7 +290,7 @@ func (m *Monitor) repairLink(h *vfnet.Handle, rec *state.Record, l netlink.Link,
 		}
 		return &repairResult{kind: kind, detail: detail}
 	}
-	return fail(refusedFailed, "unknown repair kind %s", kind)
+	return fail(status.RefusedFailed, "unknown repair kind %s", kind)
 }
 
 func linkName(l netlink.Link, err error) string {
@@ -332,7 +316,7 @@ func (m *Monitor) applyRepair(a *attachment, r repairResult, now time.Time) func
 		a.repairs[r.kind] = st
 	}
 	if r.refused != "" {
-		m.met.repairsRefused.WithLabelValues(r.kind, r.refused).Inc()
+		m.repairCounts.Refused(r.kind, r.refused)
 		if st.refusal != r.refused+r.detail {
 			st.refusal = r.refused + r.detail
 			m.log.Warn("drift not repaired", append(attachmentAttrs(a.rec), "kind", r.kind, "why", r.refused, "detail", r.detail)...)
@@ -345,7 +329,7 @@ func (m *Monitor) applyRepair(a *attachment, r repairResult, now time.Time) func
 	}
 	st.next = now.Add(st.backoff)
 	st.backoff = min(2*st.backoff, maxRepairBackoff)
-	m.met.repairs.WithLabelValues(r.kind).Inc()
+	m.repairCounts.Made(r.kind)
 	m.log.Info("drift repaired", append(attachmentAttrs(a.rec), "kind", r.kind, "detail", r.detail, "nextRepairAfter", st.next.Sub(now))...)
 	return m.notifyRepaired(a.rec, r)
 }

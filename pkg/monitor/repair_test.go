@@ -15,6 +15,7 @@ import (
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/status"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/vfnet"
 )
 
@@ -88,13 +89,13 @@ func TestRepairNameAndAltName(t *testing.T) {
 		t.Errorf("notifiers heard (-want +got):\n%s", diff)
 	}
 	for _, line := range []string{`msg="drift repaired" network=ib-a containerID=pod-00`, `kind=name`, `kind=altname`} {
-		if n.f.logs.count(line) != 1 {
-			t.Errorf("log has %d lines with %q, want 1:\n%s", n.f.logs.count(line), line, n.f.logs)
+		if n.f.logs.Count(line) != 1 {
+			t.Errorf("log has %d lines with %q, want 1:\n%s", n.f.logs.Count(line), line, n.f.logs)
 		}
 	}
 	for _, r := range []drift.Reason{drift.Renamed, drift.AltNameMissing} {
 		for _, msg := range []string{"drift detected", "drift recovered"} {
-			if c := n.f.logs.lines(`msg="`+msg+`"`, "reason="+string(r)); c != 1 {
+			if c := n.f.logs.Lines(`msg="`+msg+`"`, "reason="+string(r)); c != 1 {
 				t.Errorf("%q logged %d times for %s, want once:\n%s", msg, c, r, n.f.logs)
 			}
 		}
@@ -114,7 +115,7 @@ func TestRepairRefusedWhenAnotherRecordOwnsTheVF(t *testing.T) {
 	n.record(&other)
 
 	old.in(t, "net1", rename("eth9"))
-	n.waitFor("the refusal counted", 5*time.Second, func() bool { return n.refused(RepairName, refusedNotOwner) >= 1 })
+	n.waitFor("the refusal counted", 5*time.Second, func() bool { return n.refused(RepairName, status.RefusedNotOwner) >= 1 })
 	old.in(t, "eth9", func(l netlink.Link) error { return netlink.LinkSetMTU(l, 1400) }) // another check
 	n.waitFor("the MTU drift", 5*time.Second, func() bool { return n.driftOf(drift.MTU) >= 1 })
 	if l := old.link(t, "eth9"); l == nil {
@@ -123,7 +124,7 @@ func TestRepairRefusedWhenAnotherRecordOwnsTheVF(t *testing.T) {
 	if n.repairs(RepairName) != 0 {
 		t.Errorf("%v name repairs counted, want 0", n.repairs(RepairName))
 	}
-	if c := n.f.logs.count(`msg="drift not repaired"`); c != 1 || n.f.logs.count("claimed by another attachment: ib-a/new-owner/net1") != 1 {
+	if c := n.f.logs.Count(`msg="drift not repaired"`); c != 1 || n.f.logs.Count("claimed by another attachment: ib-a/new-owner/net1") != 1 {
 		t.Errorf("the refusal logged %d times (want once, naming new-owner):\n%s", c, n.f.logs)
 	}
 }
@@ -146,7 +147,7 @@ func TestRepairRefusedWhenTheNetnsNoLongerHoldsTheVF(t *testing.T) {
 	elsewhere := *seen
 	elsewhere.Netns = vfnet.NetnsID{Dev: seen.Netns.Dev, Ino: seen.Netns.Ino + 1}
 	results, after := n.f.mon.repairPod(p.rec, exp, &elsewhere, []string{RepairName})
-	if len(results) != 1 || results[0].refused != refusedNotOwner || !strings.Contains(results[0].detail, "where the drift was seen") || after != nil {
+	if len(results) != 1 || results[0].refused != status.RefusedNotOwner || !strings.Contains(results[0].detail, "where the drift was seen") || after != nil {
 		t.Errorf("repair in a replaced netns = %+v, %v; want refused not-owner", results, after)
 	}
 
@@ -154,7 +155,7 @@ func TestRepairRefusedWhenTheNetnsNoLongerHoldsTheVF(t *testing.T) {
 	next := harness.NewNetns(t)
 	p.in(t, "eth9", func(l netlink.Link) error { return netlink.LinkSetNsFd(l, int(next.Fd())) })
 	results, _ = n.f.mon.repairPod(p.rec, exp, seen, []string{RepairAltName, RepairName})
-	if len(results) != 2 || results[0].refused != refusedNotOwner || !strings.Contains(results[0].detail, "no longer in netns") {
+	if len(results) != 2 || results[0].refused != status.RefusedNotOwner || !strings.Contains(results[0].detail, "no longer in netns") {
 		t.Errorf("repair of a VF gone from its netns = %+v; want both refused not-owner", results)
 	}
 	if l := harness.LinkIn(t, next, "eth9"); l == nil || slices.Contains(l.Attrs().AltNames, "net1") {
@@ -208,7 +209,7 @@ func TestRepairRefusedWhenTheNameIsTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.start()
-	n.waitFor("the refusal", 5*time.Second, func() bool { return n.refused(RepairName, refusedNameTaken) >= 1 })
+	n.waitFor("the refusal", 5*time.Second, func() bool { return n.refused(RepairName, status.RefusedNameTaken) >= 1 })
 	if p.link(t, "eth9") == nil {
 		t.Errorf("the VF was renamed although net1 is taken: %v", harness.LinksIn(t, p.pod))
 	}
@@ -282,9 +283,9 @@ func TestRepairSkipsTheHostNetns(t *testing.T) {
 			n.run()
 
 			p.in(t, "net1", rename("eth9"))
-			n.waitFor("the rename refused", 5*time.Second, func() bool { return n.refused(RepairName, refusedHostNetns) >= 1 })
+			n.waitFor("the rename refused", 5*time.Second, func() bool { return n.refused(RepairName, status.RefusedHostNetns) >= 1 })
 			p.in(t, "eth9", func(l netlink.Link) error { return netlink.LinkDelAltName(l, p.rec.AltName) })
-			n.waitFor("the altname refused", 5*time.Second, func() bool { return n.refused(RepairAltName, refusedHostNetns) >= 1 })
+			n.waitFor("the altname refused", 5*time.Second, func() bool { return n.refused(RepairAltName, status.RefusedHostNetns) >= 1 })
 			l := p.link(t, "eth9")
 			if l == nil || slices.Contains(l.Attrs().AltNames, p.rec.AltName) {
 				t.Errorf("a VF in the host netns was repaired: links %v", harness.LinksIn(t, host))
@@ -292,7 +293,7 @@ func TestRepairSkipsTheHostNetns(t *testing.T) {
 			if c := n.repairs(RepairName) + n.repairs(RepairAltName); c != 0 {
 				t.Errorf("%v repairs counted in the host netns", c)
 			}
-			if c := n.f.logs.lines(`msg="drift not repaired"`, "why=host-netns", "kind=name"); c != 1 {
+			if c := n.f.logs.Lines(`msg="drift not repaired"`, "why=host-netns", "kind=name"); c != 1 {
 				t.Errorf("the name refusal logged %d times, want once:\n%s", c, n.f.logs)
 			}
 		})

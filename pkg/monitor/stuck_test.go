@@ -1,7 +1,7 @@
 package monitor
 
 import (
-	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
-	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 )
@@ -82,7 +81,7 @@ func fifoAt(t *testing.T, path string, writer bool) (release func()) {
 func healthz(t *testing.T, f *fixture) (int, string) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	f.mon.Handler(f.reg).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	f.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
 	b, _ := io.ReadAll(rec.Body)
 	return rec.Code, string(b)
 }
@@ -104,7 +103,7 @@ func TestStuckPortReadStallsOnlyItsVF(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(t, Config{Interval: 300 * time.Millisecond, CheckTimeout: 100 * time.Millisecond,
-				PollInterval: 50 * time.Millisecond, Doctor: &doctor.Options{}}, 4)
+				PollInterval: 50 * time.Millisecond}, 4)
 			stuck := n.pods[1] // an RDMA VF
 			fifoAt(t, filepath.Join(n.sys.RDMAPath(stuck.rec.PCI, stuck.rec.RDMA[0]), "ports", "1", "state"), tc.writer)
 			stop := n.start()
@@ -146,24 +145,27 @@ func TestStuckPortReadStallsOnlyItsVF(t *testing.T) {
 	}
 }
 
-// Stuck lists stuck and failing VFs, the doctor and the host cleanup, at
-// most maxStuckLines lines.
-func TestStuckListsAtMostTwentyLines(t *testing.T) {
+// Stuck lists every VF whose last check failed, in PCI order, naming its
+// attachment and the error.
+func TestStuckListsFailingVFs(t *testing.T) {
 	f := newFixture(t, Config{CheckTimeout: 100 * time.Millisecond, Interval: time.Second})
 	now := time.Now()
 	var recs []*state.Record
 	var outcomes []outcome
 	for i := range 30 {
-		rec := record("ib-a", "c"+string(rune('a'+i)), "/run/netns/pod")
-		rec.PCI = testutil.VFAddr(i)
-		recs, outcomes = append(recs, rec), append(outcomes, outcome{err: errors.New("boom")})
+		rec := record("ib-a", fmt.Sprintf("c%02d", 29-i), "/run/netns/pod")
+		rec.PCI = testutil.VFAddr(29 - i)
+		recs, outcomes = append(recs, rec), append(outcomes, outcome{err: fmt.Errorf("boom %d", 29-i)})
 	}
 	f.mon.apply(recs, outcomes, now)
-	f.mon.doctorBusy.t.Store(now.Add(-time.Minute).UnixNano())
-	lines := f.mon.Stuck()
-	if len(lines) != maxStuckLines || !strings.HasPrefix(lines[0], "stuck: the node doctor has been running for 1m") ||
-		!strings.HasPrefix(lines[1], "unchecked: VF "+testutil.VFAddr(0)+" (network ib-a, container ca, ifname net1, netns /run/netns/pod): boom") ||
-		lines[len(lines)-1] != "… and 12 more" {
-		t.Errorf("Stuck() = %q", lines)
+	lines := f.mon.Stuck(now)
+	if len(lines) != 30 {
+		t.Fatalf("Stuck() has %d lines, want 30: %q", len(lines), lines)
+	}
+	for i, l := range lines {
+		want := fmt.Sprintf("unchecked: VF %s (network ib-a, container c%02d, ifname net1, netns /run/netns/pod): boom %d", testutil.VFAddr(i), i, i)
+		if l != want {
+			t.Errorf("Stuck()[%d] = %q, want %q", i, l, want)
+		}
 	}
 }

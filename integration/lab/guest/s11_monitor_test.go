@@ -10,12 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/promtext"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 )
 
 const (
@@ -81,7 +81,7 @@ func TestLab11DriftMonitorPortDown(t *testing.T) {
 	}
 	log := ag.log(t)
 	for _, msg := range []string{"drift detected", "drift recovered"} {
-		if n := countLines(log, msg, "reason=port-down", a.vf.PCI); n != 1 {
+		if n := testutil.CountLines(log, msg, "reason=port-down", a.vf.PCI); n != 1 {
 			t.Fatalf("agent logged %q for %s %d times, want once:\n%s", msg, a.vf.PCI, n, log)
 		}
 	}
@@ -211,18 +211,3 @@ func (a *agent) waitFor(t testing.TB, what string, timeout time.Duration, cond f
 }
 
 type metrics = promtext.Metrics
-
-// countLines counts the lines of text that contain every one of parts.
-func countLines(text string, parts ...string) int {
-	n := 0
-	for _, line := range strings.Split(text, "\n") {
-		all := line != ""
-		for _, p := range parts {
-			all = all && strings.Contains(line, p)
-		}
-		if all {
-			n++
-		}
-	}
-	return n
-}

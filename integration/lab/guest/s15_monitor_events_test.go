@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/promtext"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 )
 
 // seenWithin is issue 18's bound on a change in a pod to the agent's log
@@ -93,7 +94,7 @@ func TestLab15MonitorSeesAndRepairsRename(t *testing.T) {
 func logTime(t testing.TB, log string, parts ...string) time.Time {
 	t.Helper()
 	for _, line := range strings.Split(log, "\n") {
-		if countLines(line, parts...) == 0 {
+		if testutil.CountLines(line, parts...) == 0 {
 			continue
 		}
 		v, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/promtext"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/rdma"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
@@ -215,7 +216,7 @@ func TestLabRDMA01GUIDsAndPorts(t *testing.T) {
 		warned := e.attach(newPod(t, "warned"), vfs[5], opts{plugin: map[string]any{"guidPolicy": "warn"}})
 		mustAdd(t, warned)
 		logText, _ := os.ReadFile(filepath.Join(e.dir, "sriov-stable-cni.log"))
-		if n := countLines(string(logText), "level=WARN", "no RDMA device found", vfs[5].PCI, "netns="+warned.pod.Path()); n != 1 {
+		if n := testutil.CountLines(string(logText), "level=WARN", "no RDMA device found", vfs[5].PCI, "netns="+warned.pod.Path()); n != 1 {
 			t.Fatalf("guidPolicy=warn logged %d warnings for %s, want 1:\n%s", n, vfs[5].PCI, logText)
 		}
 		mustDel(t, warned)

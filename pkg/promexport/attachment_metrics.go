@@ -1,12 +1,13 @@
-package monitor
+package promexport
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
-	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/status"
 )
 
 // perAttachment are the series of each recorded attachment, labelled with
@@ -14,9 +15,9 @@ import (
 // releases or of runtimes that pass no K8S_POD_* arguments). Their number
 // is bounded by the node: per record (each holds one VF) one info series
 // and one series per drift reason (0 or 1, as the aggregated gauge shows
-// zeros); a record that goes leaves no series behind. The label container_id, not container, as
-// Prometheus' Kubernetes discovery gives container (the name) to the scrape
-// target.
+// zeros); a record that goes leaves no series behind. The label is
+// container_id, not container, as Prometheus' Kubernetes discovery gives
+// container (the name) to the scrape target.
 type perAttachment struct {
 	info, driftReasons *prometheus.Desc
 }
@@ -41,16 +42,23 @@ func (p perAttachment) describe(ch chan<- *prometheus.Desc) {
 	ch <- p.driftReasons
 }
 
-// collect emits the series of every attachment; the caller holds the
-// monitor's lock.
-func (p perAttachment) collect(ch chan<- prometheus.Metric, atts map[state.Key]*attachment) {
+// collect emits the series of every attachment; of two whose labels are
+// alike once made valid UTF-8 (records whose keys differ only in bytes
+// that are not), the first, as a duplicate series would fail the scrape.
+func (p perAttachment) collect(ch chan<- prometheus.Metric, atts []status.Attachment) {
+	seen := make(map[string]bool, len(atts))
 	for _, a := range atts {
-		r := a.rec
+		r := a.Record
 		labels := labelValues([]string{r.Network, r.PodNamespace, r.PodName, r.ContainerID, r.IfName, r.PCI})
-		ch <- prometheus.MustNewConstMetric(p.info, prometheus.GaugeValue, 1, slices.Concat(labels, []string{labelValue(r.NodeGUID), string(a.status)})...)
+		if k := strings.Join(labels, "\x00"); seen[k] {
+			continue
+		} else {
+			seen[k] = true
+		}
+		ch <- prometheus.MustNewConstMetric(p.info, prometheus.GaugeValue, 1, slices.Concat(labels, []string{labelValue(r.NodeGUID), string(a.Status)})...)
 		for _, reason := range drift.Reasons {
 			v := 0.0
-			if _, ok := a.drift[reason]; ok {
+			if slices.Contains(a.Drift, reason) {
 				v = 1
 			}
 			ch <- prometheus.MustNewConstMetric(p.driftReasons, prometheus.GaugeValue, v, slices.Concat(labels, []string{string(reason)})...)

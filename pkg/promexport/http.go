@@ -1,4 +1,4 @@
-package monitor
+package promexport
 
 import (
 	"fmt"
@@ -11,16 +11,41 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Handler serves /metrics from reg, /healthz (liveness: the sweep loop is
-// alive) and /readyz (readiness: a sweep completed and the state directory
-// can be listed). Probe failures answer 503 with the reason. /healthz also
-// lists, after its verdict, the VFs the monitor cannot check (Stuck),
-// without failing for them.
-func (m *Monitor) Handler(reg *prometheus.Registry) http.Handler {
+// Probes are what /healthz and /readyz ask: Health and Ready fail the
+// probe with their reason; Stuck lists, after /healthz's verdict, what
+// each source cannot make progress on (a read that does not return),
+// without failing it: the sources go on for everything else, and
+// restarting the agent would not unblock the kernel.
+type Probes struct {
+	Health, Ready func() error
+	Stuck         []func(now time.Time) []string
+}
+
+// maxStuckLines bounds what /healthz lists: the kubelet reads 10 KiB of a
+// probe's body.
+const maxStuckLines = 20
+
+// stuck is every source's Stuck lines, in order, at most maxStuckLines.
+func (p Probes) stuck() []string {
+	now := time.Now()
+	var lines []string
+	for _, s := range p.Stuck {
+		lines = append(lines, s(now)...)
+	}
+	if len(lines) > maxStuckLines {
+		more := len(lines) - (maxStuckLines - 1)
+		lines = append(lines[:maxStuckLines-1], fmt.Sprintf("… and %d more", more))
+	}
+	return lines
+}
+
+// Handler serves /metrics from reg, /healthz (liveness) and /readyz
+// (readiness). Probe failures answer 503 with the reason.
+func Handler(reg *prometheus.Registry, p Probes) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("GET /healthz", probe(m.Health, m.Stuck))
-	mux.HandleFunc("GET /readyz", probe(m.Ready, nil))
+	mux.HandleFunc("GET /healthz", probe(p.Health, p.stuck))
+	mux.HandleFunc("GET /readyz", probe(p.Ready, nil))
 	return mux
 }
 
