@@ -49,6 +49,9 @@ var changeReason = map[string]string{
 // driftResult is what the section measured.
 type driftResult struct {
 	attachments   int
+	free          int             // free VFs the node checks saw beside them (sriov_stable_doctor_functions)
+	freeDown      []time.Duration // a free VF's port down in sysfs → its doctor finding served on /metrics
+	freeMissed    int
 	latency       map[string][]time.Duration // per change kind, change start → "drift detected" logged
 	missed        map[string]int
 	burst         []time.Duration // 64 renames at once: each change start → its detection
@@ -75,6 +78,7 @@ type driftNode struct {
 	sys      *sysfstest.Tree
 	stateDir string
 	slots    []*driftSlot
+	free     []*driftSlot // VFs with an RDMA device and no pod: no stand-in, chain or netns
 }
 
 type driftSlot struct {
@@ -120,6 +124,11 @@ func newDriftNode(tb *harness.ProgramTB, o options) *driftNode {
 		s.rt = harness.Runtime(fmt.Sprintf("drift-%02d", i), s.pod, "net1", nil)
 		n.slots = append(n.slots, s)
 	}
+	for i := o.driftAttachments; i < o.driftAttachments+o.driftFree; i++ {
+		s := &driftSlot{i: i, pci: driftVF(i), rdma: fmt.Sprintf("mlx5_%d", 10+i)}
+		n.sys.AddVF(driftPF, i, s.pci, sysfstest.Device{RDMA: &sysfstest.RDMA{Name: s.rdma, NodeGUID: fmt.Sprintf("b83f:d203:00aa:%04x", i)}})
+		n.free = append(n.free, s)
+	}
 	for _, s := range n.slots {
 		if _, err := s.chain.Add(s.rt); err != nil {
 			tb.Fatalf("ADD of %s: %v", s.pci, err)
@@ -133,10 +142,17 @@ func driftSection(tb *harness.ProgramTB, o options) *driftResult {
 	tb.Logf("bench: drift monitor: %d attachments through libcni", o.driftAttachments)
 	n := newDriftNode(tb, o)
 	r := &driftResult{attachments: len(n.slots), latency: map[string][]time.Duration{}, missed: map[string]int{}, sweepInterval: o.driftSweep}
-	ag := startBenchAgent(tb, o, n, "127.0.0.1:9808", "--interval", "30s")
+	// The shipped DaemonSet's flags (deploy/monitor): the node doctor every
+	// 5 minutes, the port watcher at its default second.
+	ag := startBenchAgent(tb, o, n, "127.0.0.1:9808", "--interval", "30s", "--doctor-interval", "5m")
 	ag.waitMetric(tb, "every attachment ok", 60*time.Second, func(m promtext.Metrics) bool {
 		return m[promtext.Series("sriov_stable_attachments", "network", "bench-drift", "status", "ok")] == float64(len(n.slots))
 	})
+	vfs := len(n.slots) + len(n.free)
+	ag.waitMetric(tb, fmt.Sprintf("the node checks seeing all %d VFs", vfs), 60*time.Second, func(m promtext.Metrics) bool {
+		return m[promtext.Series("sriov_stable_doctor_functions", "kind", "vf")] == float64(vfs)
+	})
+	r.free = vfs - len(n.slots)
 
 	m := ag.scrape(tb)
 	r.sockets, r.subscriptions = ag.netlinkSockets(tb), m["sriov_stable_event_subscriptions"]
@@ -148,6 +164,11 @@ func driftSection(tb *harness.ProgramTB, o options) *driftResult {
 	r.idleWindow = o.driftIdle
 	r.idleDrift = ag.log.count("drift detected") - detected
 	r.rssKiB = ag.status(tb, "VmRSS")
+
+	tb.Logf("bench: drift monitor: %d free VFs' ports down, one at a time", len(n.free))
+	for _, s := range n.free {
+		ag.freePortDown(tb, r, s, n)
+	}
 
 	tb.Logf("bench: drift monitor: %d changes one at a time", o.driftChanges)
 	// Renames and altname removals go round every attachment; carrier drops
@@ -185,6 +206,29 @@ func driftSection(tb *harness.ProgramTB, o options) *driftResult {
 	r.load = loadAvg()
 	ag.stop(tb)
 	return r
+}
+
+// freePortDown takes a free VF's port down in the fixture sysfs, times it
+// until the port-state finding about the VF is served on /metrics (what
+// the node condition and the device taint rules are written from), brings
+// it back and waits until the finding is gone. It first waits a random
+// part of a second, so the changes fall all over the port watcher's
+// second.
+func (a *benchAgent) freePortDown(tb *harness.ProgramTB, r *driftResult, s *driftSlot, n *driftNode) {
+	series := promtext.Series("sriov_stable_doctor_finding", "check", "port-state", "severity", "error", "subject", s.pci)
+	time.Sleep(time.Duration(a.rng.Int64N(int64(time.Second))))
+	start := time.Now()
+	n.sys.SetPort(s.pci, s.rdma, 1, sysfstest.Port{State: "1: DOWN", PhysState: "3: Disabled"})
+	if a.pollMetric(tb, 5*time.Second, func(m promtext.Metrics) bool { return m[series] == 1 }) {
+		r.freeDown = append(r.freeDown, time.Since(start))
+	} else {
+		r.freeMissed++
+	}
+	n.sys.SetPort(s.pci, s.rdma, 1, sysfstest.Port{})
+	a.waitMetric(tb, "the free VF's port finding cleared", 10*time.Second, func(m promtext.Metrics) bool {
+		_, present := m[series]
+		return !present
+	})
 }
 
 // inject makes one change in a pod (or its sysfs), times its detection,
@@ -382,20 +426,28 @@ func (a *benchAgent) scrape(tb *harness.ProgramTB) promtext.Metrics {
 }
 
 func (a *benchAgent) waitMetric(tb *harness.ProgramTB, what string, timeout time.Duration, cond func(promtext.Metrics) bool) {
+	if !a.pollMetric(tb, timeout, cond) {
+		tb.Fatalf("the agent: no %s within %s:\n%s", what, timeout, a.log.tail(20))
+	}
+}
+
+// pollMetric scrapes every 20 ms until cond holds (true) or timeout passes
+// (false); the agent exiting meanwhile ends the bench.
+func (a *benchAgent) pollMetric(tb *harness.ProgramTB, timeout time.Duration, cond func(promtext.Metrics) bool) bool {
 	deadline := time.Now().Add(timeout)
 	for {
 		if m := a.scrape(tb); m != nil && cond(m) {
-			return
+			return true
 		}
 		select {
 		case err := <-a.exited:
-			tb.Fatalf("the agent exited (%v) while waiting for %s:\n%s", err, what, a.log.tail(20))
+			tb.Fatalf("the agent exited (%v):\n%s", err, a.log.tail(20))
 		default:
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("the agent: no %s within %s:\n%s", what, timeout, a.log.tail(20))
+			return false
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -584,12 +636,27 @@ func (r *driftResult) targets() []target {
 	return append(ts,
 		target{fmt.Sprintf("%d renames at once: every one seen", r.attachments),
 			fmt.Sprintf("%d of %d, the last after %s ms", len(r.burst), r.attachments, ms(quantile(r.burst, 1))), r.burstMissed == 0 && len(r.burst) == r.attachments},
-		target{fmt.Sprintf("agent idle with %d attachments ≤ 1%% of one core", r.attachments),
+		target{fmt.Sprintf("agent idle with %d attachments and %d free VFs ≤ 1%% of one core", r.attachments, r.free),
 			fmt.Sprintf("%.2f%% (±%.2f%%, one clock tick) over %s", 100*r.idleCPU, 100*tick, r.idleWindow), r.idleWindow > 0 && r.idleCPU+tick <= 0.01},
+		target{fmt.Sprintf("agent RSS with %d attachments and %d free VFs ≤ 40 MiB", r.attachments, r.free),
+			fmt.Sprintf("%.1f MiB after the idle window (peak over the section %.1f MiB)", float64(r.rssKiB)/1024, float64(r.hwmKiB)/1024),
+			r.rssKiB > 0 && r.rssKiB <= 40*1024},
+		target{"free VF port down → its finding served: p99 ≤ 2 s, none missed", freeFigure(r),
+			len(r.freeDown) > 0 && freeHi(r) <= 2*time.Second && r.freeMissed == 0},
 		target{"netlink sockets = attachments, none after DEL",
 			fmt.Sprintf("%d for %d attachments (gauge %v); %d after DEL", r.sockets, r.attachments, r.subscriptions, r.socketsAfter),
 			r.sockets == r.attachments && r.subscriptions == float64(r.attachments) && r.socketsAfter == 0},
 	)
+}
+
+func freeHi(r *driftResult) time.Duration {
+	_, hi := quantileCI(r.freeDown, 0.99, 1)
+	return hi
+}
+
+func freeFigure(r *driftResult) string {
+	lo, hi := quantileCI(r.freeDown, 0.99, 1)
+	return fmt.Sprintf("p99 %s ms (90%% CI %s–%s) over %d, %d missed", ms(quantile(r.freeDown, 0.99)), ms(lo), ms(hi), len(r.freeDown), r.freeMissed)
 }
 
 func (r *driftResult) print(w io.Writer) {
@@ -609,7 +676,10 @@ func (r *driftResult) print(w io.Writer) {
 	ev := r.latency[changeRename]
 	fmt.Fprintf(w, "\nA rename is seen %s sooner at p50 and %s sooner at p99 than by the sweep alone.\n",
 		times(ratio(median(r.sweep), median(ev))), times(ratio(quantile(r.sweep, 0.99), quantile(ev, 0.99))))
-	fmt.Fprintf(w, "\nIdle, with every attachment in place: the agent used %.2f%% of one core over %s (%d drift logged meanwhile), "+
+	fmt.Fprintf(w, "\nFree VFs (%d, with an RDMA device and no pod): a port taken down in sysfs is served as the doctor's `port-state` finding "+
+		"on /metrics after p50 %s ms, p99 %s ms, max %s ms (%d missed); the node checks run with the shipped `--doctor-interval=5m`, so this is "+
+		"the port watcher's doing.\n", r.free, ms(median(r.freeDown)), ms(quantile(r.freeDown, 0.99)), ms(quantile(r.freeDown, 1)), r.freeMissed)
+	fmt.Fprintf(w, "\nIdle, with every attachment and free VF in place: the agent used %.2f%% of one core over %s (%d drift logged meanwhile), "+
 		"RSS %.1f MiB (peak %.1f MiB over the section), and held %d netlink sockets for %d attachments (%d after DEL of all).\n",
 		100*r.idleCPU, r.idleWindow, r.idleDrift, float64(r.rssKiB)/1024, float64(r.hwmKiB)/1024, r.sockets, r.attachments, r.socketsAfter)
 }

@@ -38,6 +38,7 @@ type options struct {
 	// The drift monitor section (drift.go).
 	drift, driftOnly bool
 	driftAttachments int
+	driftFree        int
 	driftChanges     int
 	driftIdle        time.Duration
 	driftSweep       time.Duration
@@ -61,6 +62,7 @@ func parseFlags() options {
 	flag.BoolVar(&o.drift, "drift", true, "also measure the drift monitor agent (bin-dir needs sriov-stable-agent)")
 	flag.BoolVar(&o.driftOnly, "drift-only", false, "measure only the drift monitor agent")
 	flag.IntVar(&o.driftAttachments, "drift-attachments", 64, "attachments the drift monitor watches")
+	flag.IntVar(&o.driftFree, "drift-free", 64, "free VFs (with an RDMA device, no pod) the agent's node checks and port watcher watch beside them")
 	flag.IntVar(&o.driftChanges, "drift-changes", 240, "renames, altname removals and carrier drops made one at a time (and one RDMA port drop per attachment)")
 	flag.DurationVar(&o.driftIdle, "drift-idle", time.Minute, "how long the agent's idle CPU is measured")
 	flag.DurationVar(&o.driftSweep, "drift-sweep", 30*time.Second, "the sweep interval of the comparison with events off")

@@ -6,11 +6,13 @@ package drift
 import (
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/rdma"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
@@ -43,6 +45,10 @@ var Reasons = []Reason{Missing, Renamed, AltNameMissing, MAC, RDMAMissing, GUID,
 type Finding struct {
 	Reason Reason
 	Detail string
+	// Warn marks a drift the configuration asks to be told of, not failed
+	// on (portPolicy warn): CHECK logs it and passes; the monitor, which
+	// only ever reports, reports it as it does every drift.
+	Warn bool
 }
 
 func (f Finding) String() string { return string(f.Reason) + ": " + f.Detail }
@@ -57,8 +63,12 @@ type Expect struct {
 	NodeGUID                    string // "" = no expectation
 	// RDMA expects an RDMA device to be found (ADD found one and GUIDs are
 	// checked): none found anywhere is rdma-missing.
-	RDMA      bool
-	CheckPort bool
+	RDMA bool
+	// PortPolicy is what a port that cannot pass traffic (not
+	// ACTIVE/LinkUp; no carrier on a plain netdev VF) is: require (a
+	// drift; the default, also for ""), warn (a drift marked Warn) or
+	// ignore (not looked at). The same for CHECK and the monitor.
+	PortPolicy config.Policy
 	// IfIndex is the VF's link index when the monitor last found it (0:
 	// unknown). It recognizes a link with no bus identity at all by its
 	// index and MAC (vfnet.LocateLastSeen), so a veth stand-in that lost
@@ -71,7 +81,7 @@ func FromRecord(r *state.Record) Expect {
 	return Expect{
 		PCI: r.PCI, Netns: r.Netns, IfName: r.IfName, AltName: r.AltName, PF: r.PF,
 		MAC: r.MAC, MTU: r.MTU, LinkLayer: r.LinkLayer, NodeGUID: r.NodeGUID,
-		RDMA: len(r.RDMA) > 0 && r.GUIDPolicy != "ignore", CheckPort: r.PortPolicy != "ignore",
+		RDMA: len(r.RDMA) > 0 && r.GUIDPolicy != string(config.PolicyIgnore), PortPolicy: config.Policy(r.PortPolicy),
 	}
 }
 
@@ -172,6 +182,16 @@ func ObserveLink(l netlink.Link, devs []rdma.Device) *Observation {
 	return o
 }
 
+// LinkFingerprint is what an observation takes from a link (ObserveLink),
+// with how the link is found (its parent device) and whether it is up,
+// as one string: a link notification whose fingerprint is the last one's
+// cannot change a check's result, so the monitor queues no check for it.
+func LinkFingerprint(l netlink.Link) string {
+	o, a := ObserveLink(l, nil), l.Attrs()
+	return fmt.Sprintf("%s %s %s %d %s carrier=%t up=%t %s", o.Name, strings.Join(o.AltNames, ","), o.MAC, o.MTU, o.LinkLayer,
+		o.Carrier, a.Flags&net.FlagUp != 0, a.ParentDev)
+}
+
 // rdmaLinkLayer is the link layer of the first RDMA port, lower-cased, or
 // "" without RDMA: the HCA port is the authority when there is one.
 func rdmaLinkLayer(devs []rdma.Device) string {
@@ -213,11 +233,13 @@ func (o *Observation) NodeGUID() string {
 // Compare lists every difference between exp and obs, in Reasons order.
 func Compare(exp Expect, obs *Observation) []Finding {
 	if !obs.Found {
-		return []Finding{{Missing, fmt.Sprintf("VF %s is not in netns %s (it holds: %s)",
+		return []Finding{{Reason: Missing, Detail: fmt.Sprintf("VF %s is not in netns %s (it holds: %s)",
 			exp.PCI, exp.Netns, strings.Join(obs.Present, ", "))}}
 	}
 	var out []Finding
-	add := func(r Reason, format string, a ...any) { out = append(out, Finding{r, fmt.Sprintf(format, a...)}) }
+	add := func(r Reason, format string, a ...any) {
+		out = append(out, Finding{Reason: r, Detail: fmt.Sprintf(format, a...)})
+	}
 	if obs.Name != exp.IfName {
 		add(Renamed, "VF %s is named %s, expected %s", exp.PCI, obs.Name, exp.IfName)
 	}
@@ -240,9 +262,10 @@ func Compare(exp Expect, obs *Observation) []Finding {
 	if exp.LinkLayer != "" && obs.LinkLayer != exp.LinkLayer {
 		add(LinkLayer, "VF %s link layer is %s, expected %s", exp.PCI, obs.LinkLayer, exp.LinkLayer)
 	}
-	if exp.CheckPort {
+	if exp.PortPolicy != config.PolicyIgnore {
 		if p := obs.PortProblem(); p != "" {
 			add(PortDown, "VF %s: %s", exp.PCI, p)
+			out[len(out)-1].Warn = exp.PortPolicy == config.PolicyWarn
 		}
 	}
 	return out

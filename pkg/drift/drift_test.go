@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/rdma"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
@@ -56,7 +57,7 @@ func devs(ds ...sysfs.RDMADevice) []rdma.Device {
 
 func healthyExpect() Expect {
 	return Expect{PCI: pci, Netns: netns, IfName: "net1", AltName: altName, MAC: mac, MTU: 4092,
-		LinkLayer: "infiniband", NodeGUID: guid, CheckPort: true}
+		LinkLayer: "infiniband", NodeGUID: guid, PortPolicy: config.PolicyRequire}
 }
 
 func healthyObs() *Observation {
@@ -109,7 +110,7 @@ func TestCompare(t *testing.T) {
 		{"link layer fell back", nil, func(o *Observation) { o.LinkLayer = "ethernet" },
 			[]Reason{LinkLayer}, []string{"link layer is ethernet, expected infiniband"}},
 		{"port down", nil, func(o *Observation) { o.RDMA[0].Ports[0] = port(1, 1, 2) },
-			[]Reason{PortDown}, []string{"mlx5_10 port 1 is 1: DOWN / 2: Polling"}},
+			[]Reason{PortDown}, []string{"mlx5_10 port 1 is 1: DOWN / 2: Polling, want 4: ACTIVE / 5: LinkUp"}},
 		{"no carrier on a netdev VF", func(e *Expect) { e.NodeGUID = ""; e.LinkLayer = "ethernet" },
 			func(o *Observation) { o.RDMA = nil; o.Carrier = false; o.LinkLayer = "ethernet" },
 			[]Reason{PortDown}, []string{"net1 has no carrier"}},
@@ -123,13 +124,13 @@ func TestCompare(t *testing.T) {
 		}, []Reason{Missing}, []string{"(it holds: )"}},
 
 		// No expectation, no finding.
-		{"no expectations", func(e *Expect) { *e = Expect{PCI: pci, Netns: netns, IfName: "net1"} },
+		{"no expectations", func(e *Expect) { *e = Expect{PCI: pci, Netns: netns, IfName: "net1", PortPolicy: config.PolicyIgnore} },
 			func(o *Observation) {
 				o.AltNames, o.MAC, o.MTU, o.LinkLayer, o.Carrier = nil, "x", 1, "ethernet", false
 				o.RDMA[0].Ports[0] = port(1, 1, 1)
 				o.RDMA[0].NodeGUID = 0
 			}, nil, nil},
-		{"port not checked", func(e *Expect) { e.CheckPort = false },
+		{"port not checked", func(e *Expect) { e.PortPolicy = config.PolicyIgnore },
 			func(o *Observation) { o.RDMA[0].Ports[0] = port(1, 1, 3) }, nil, nil},
 	}
 	for _, tc := range tests {
@@ -231,13 +232,34 @@ func TestPortProblem(t *testing.T) {
 	}
 }
 
+// portPolicy means one thing wherever drift is compared: require makes a
+// port that cannot pass traffic a drift, warn a drift marked Warn (told,
+// not failed on), ignore nothing; "" is require, the configuration's
+// default (records of earlier releases).
+func TestPortPolicy(t *testing.T) {
+	down := func(o *Observation) { o.RDMA[0].Ports[0] = port(1, 1, 2) }
+	for policy, want := range map[config.Policy][]Finding{
+		"":                   {{Reason: PortDown, Detail: "VF " + pci + ": mlx5_10 port 1 is 1: DOWN / 2: Polling, want 4: ACTIVE / 5: LinkUp"}},
+		config.PolicyRequire: {{Reason: PortDown, Detail: "VF " + pci + ": mlx5_10 port 1 is 1: DOWN / 2: Polling, want 4: ACTIVE / 5: LinkUp"}},
+		config.PolicyWarn:    {{Reason: PortDown, Detail: "VF " + pci + ": mlx5_10 port 1 is 1: DOWN / 2: Polling, want 4: ACTIVE / 5: LinkUp", Warn: true}},
+		config.PolicyIgnore:  nil,
+	} {
+		exp, obs := healthyExpect(), healthyObs()
+		exp.PortPolicy = policy
+		down(obs)
+		if diff := cmp.Diff(want, Compare(exp, obs)); diff != "" {
+			t.Errorf("portPolicy %q (-want +got):\n%s", policy, diff)
+		}
+	}
+}
+
 func TestFromRecord(t *testing.T) {
 	rec := &state.Record{Network: "ib-net", ContainerID: "c", IfName: "net1", Netns: netns, PCI: pci,
 		AltName: altName, MAC: mac, MTU: 4092, LinkLayer: "infiniband", NodeGUID: guid}
-	for policy, check := range map[string]bool{"require": true, "warn": true, "ignore": false} {
+	for _, policy := range []string{"require", "warn", "ignore"} {
 		rec.PortPolicy = policy
 		want := Expect{PCI: pci, Netns: netns, IfName: "net1", AltName: altName, MAC: mac, MTU: 4092,
-			LinkLayer: "infiniband", NodeGUID: guid, CheckPort: check}
+			LinkLayer: "infiniband", NodeGUID: guid, PortPolicy: config.Policy(policy)}
 		if diff := cmp.Diff(want, FromRecord(rec)); diff != "" {
 			t.Errorf("portPolicy %s (-want +got):\n%s", policy, diff)
 		}
@@ -247,7 +269,7 @@ func TestFromRecord(t *testing.T) {
 	for policy, expect := range map[string]bool{"require": true, "warn": true, "ignore": false} {
 		rec.GUIDPolicy = policy
 		want := Expect{PCI: pci, PF: "0000:18:00.0", Netns: netns, IfName: "net1", AltName: altName, MAC: mac, MTU: 4092,
-			LinkLayer: "infiniband", NodeGUID: guid, RDMA: expect, CheckPort: true}
+			LinkLayer: "infiniband", NodeGUID: guid, RDMA: expect, PortPolicy: config.PolicyRequire}
 		if diff := cmp.Diff(want, FromRecord(rec)); diff != "" {
 			t.Errorf("guidPolicy %s (-want +got):\n%s", policy, diff)
 		}

@@ -3,11 +3,9 @@ package monitor
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/rdma"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/status"
@@ -33,7 +32,7 @@ func (m *Monitor) startEvents(ctx context.Context, wg *sync.WaitGroup) {
 	m.eventsOn = true
 	m.mu.Unlock()
 	wg.Go(func() { m.poll(ctx) })
-	dirs, err := newDirWatch(filepath.Join(m.cfg.StateDir, "attachments"), m.cfg.StateDir)
+	dirs, err := m.store.WatchRecords()
 	if err != nil {
 		m.log.Warn("cannot watch the state directory; new and deleted records are seen by the sweep", "stateDir", m.cfg.StateDir, "err", err)
 		return
@@ -77,7 +76,7 @@ func (m *Monitor) stopEvents() {
 		m.log.Warn("a link watch is still being opened (a read that does not return); stopping without it")
 	}
 	if m.dirs != nil {
-		m.dirs.close()
+		m.dirs.Close()
 	}
 }
 
@@ -231,11 +230,10 @@ func (m *Monitor) linkUpdate(a *attachment, u netlink.LinkUpdate) {
 	}
 }
 
-// linkSummary is what a check compares of a link, as one string.
+// linkSummary is what a check compares of the link a notification is
+// about (drift.LinkFingerprint), and whether the link was added or deleted.
 func linkSummary(u netlink.LinkUpdate) string {
-	l := u.Attrs()
-	return fmt.Sprintf("%d %s %s %s %d %#x %s %s", u.Header.Type, l.Name, strings.Join(l.AltNames, ","), l.HardwareAddr,
-		l.MTU, l.RawFlags&(unix.IFF_UP|unix.IFF_LOWER_UP), l.EncapType, l.ParentDev)
+	return fmt.Sprintf("%d %s", u.Header.Type, drift.LinkFingerprint(u.Link))
 }
 
 // poll looks, every poll interval, at what each attachment's netns path
@@ -528,70 +526,21 @@ func (m *Monitor) pollFrom(rec *state.Record, l *rdma.Lookup) {
 // of an event's check.
 const settle = 30 * time.Millisecond
 
-// dirWatch is an inotify watch on the records directory, or, until that
-// exists, on the state directory for its creation. inotify costs nothing
-// while nothing changes and tells at once; listing the directory every
-// poll interval would read all records each time.
-type dirWatch struct {
-	records, parent string
-	f               *os.File
-	mu              sync.Mutex
-	wdRecords       int // -1: not watched
-	wdParent        int
-}
-
-func newDirWatch(records, parent string) (*dirWatch, error) {
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
-	if err != nil {
-		return nil, os.NewSyscallError("inotify_init1", err)
-	}
-	// Non-blocking, so reads wait in the runtime's poller and Close ends them.
-	w := &dirWatch{records: records, parent: parent, f: os.NewFile(uintptr(fd), "inotify"), wdRecords: -1, wdParent: -1}
-	w.ensure()
-	return w, nil
-}
-
-// ensure watches the records directory if it exists, else its parent for
-// its creation. Safe to call at any time.
-func (w *dirWatch) ensure() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.wdRecords >= 0 {
-		return
-	}
-	fd := int(w.f.Fd())
-	wd, err := unix.InotifyAddWatch(fd, w.records,
-		unix.IN_MOVED_TO|unix.IN_MOVED_FROM|unix.IN_DELETE|unix.IN_CLOSE_WRITE|unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_ONLYDIR)
-	if err == nil {
-		w.wdRecords = wd
-		return
-	}
-	if w.wdParent < 0 {
-		if wd, err := unix.InotifyAddWatch(fd, w.parent, unix.IN_CREATE|unix.IN_MOVED_TO|unix.IN_ONLYDIR); err == nil {
-			w.wdParent = wd
-		}
-	}
-}
-
-func (w *dirWatch) close() { w.f.Close() }
-
 // watchRecords updates the monitor's attachments whenever a record file is
 // written, renamed or removed, until ctx ends: an event about one file
 // reads that file alone (reconcileFile). When the directory itself comes,
 // goes or the kernel's queue overflowed, every record is read again.
-func (m *Monitor) watchRecords(ctx context.Context, w *dirWatch) {
-	stop := context.AfterFunc(ctx, w.close)
+func (m *Monitor) watchRecords(ctx context.Context, w *state.RecordWatch) {
+	stop := context.AfterFunc(ctx, w.Close)
 	defer stop()
-	buf := make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
 	for {
-		n, err := w.f.Read(buf)
+		names, all, err := w.Next()
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, os.ErrClosed) {
 				m.log.Warn("state directory watch failed; new and deleted records are seen by the sweep", "err", err)
 			}
 			return
 		}
-		names, all := w.changed(buf[:n])
 		if all {
 			recs, _ := m.store.List() // unreadable files: the sweep reports them
 			m.reconcile(recs)
@@ -601,41 +550,4 @@ func (m *Monitor) watchRecords(ctx context.Context, w *dirWatch) {
 			m.reconcileFile(name)
 		}
 	}
-}
-
-// changed parses inotify events and returns the record files that may
-// have appeared, changed or gone, each once, or all when every record
-// must be read again (the records directory came or went, events were
-// lost); it re-arms the watches as directories come and go.
-func (w *dirWatch) changed(buf []byte) (names []string, all bool) {
-	for len(buf) >= unix.SizeofInotifyEvent {
-		wd := int(binary.NativeEndian.Uint32(buf[0:4]))
-		mask := binary.NativeEndian.Uint32(buf[4:8])
-		end := unix.SizeofInotifyEvent + int(binary.NativeEndian.Uint32(buf[12:16]))
-		if end > len(buf) {
-			break
-		}
-		name := strings.TrimRight(string(buf[unix.SizeofInotifyEvent:end]), "\x00")
-		buf = buf[end:]
-		w.mu.Lock()
-		wdRecords, wdParent := w.wdRecords, w.wdParent
-		if mask&unix.IN_IGNORED != 0 && wd == wdRecords {
-			w.wdRecords = -1 // the records directory went
-		}
-		w.mu.Unlock()
-		switch {
-		case mask&unix.IN_Q_OVERFLOW != 0:
-			all = true
-		case wd == wdParent && name == filepath.Base(w.records):
-			all = true
-		case wd == wdRecords && mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_IGNORED) != 0:
-			all = true
-		case wd == wdRecords && strings.HasSuffix(name, ".json") && !strings.HasPrefix(name, ".tmp-") && !strings.HasPrefix(name, ".probe-"):
-			if !slices.Contains(names, name) {
-				names = append(names, name)
-			}
-		}
-	}
-	w.ensure()
-	return names, all
 }

@@ -211,7 +211,7 @@ type Monitor struct {
 
 	// recMu serializes reconciles: the sweep's and the state dir watch's.
 	recMu sync.Mutex
-	dirs  *dirWatch // nil without events, or when inotify is unavailable
+	dirs  *state.RecordWatch // nil without events, or when inotify is unavailable
 	// subscribers are the goroutines opening link watches (subscribeAsync).
 	subscribers sync.WaitGroup
 
@@ -343,7 +343,7 @@ func (m *Monitor) Sweep(ctx context.Context) {
 	listFailed := err != nil && countReadErrors(err) == 0
 	m.reconcile(recs)
 	if m.dirs != nil {
-		m.dirs.ensure() // the state directory may have appeared
+		m.dirs.Ensure() // the state directory may have appeared
 	}
 	m.mu.Lock()
 	for _, a := range m.atts {

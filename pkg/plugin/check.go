@@ -3,6 +3,7 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -49,6 +50,15 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 		findings = append(findings, drift.Finding{Reason: "record-missing",
 			Detail: fmt.Sprintf("no ADD record for %s/%s/%s in %s", p.conf.Name, args.ContainerID, args.IfName, p.conf.StateDir)})
 	}
+	// portPolicy warn: a port that cannot pass traffic is logged, as ADD
+	// logs it, and fails nothing.
+	findings = slices.DeleteFunc(findings, func(f drift.Finding) bool {
+		if f.Warn {
+			p.log.Warn("CHECK: the VF's port cannot pass traffic (portPolicy warn)", "vf", exp.PCI, "netns", args.Netns,
+				"ifName", args.IfName, "reason", string(f.Reason), "detail", f.Detail)
+		}
+		return f.Warn
+	})
 	if len(findings) == 0 {
 		return nil
 	}
@@ -62,12 +72,12 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 // expectation merges the chain's final result, the configuration and the
 // ADD record into what CHECK compares against.
 func (p *Plugin) expectation(args *skel.CmdArgs, prev *current.Result, rec *state.Record) (drift.Expect, error) {
-	exp := drift.Expect{Netns: args.Netns, IfName: args.IfName, CheckPort: p.conf.PortPolicy == config.PolicyRequire}
+	exp := drift.Expect{Netns: args.Netns, IfName: args.IfName}
 	if rec != nil {
 		exp = drift.FromRecord(rec)
 		exp.Netns, exp.IfName = args.Netns, args.IfName
-		exp.CheckPort = p.conf.PortPolicy == config.PolicyRequire
 	}
+	exp.PortPolicy = p.conf.PortPolicy
 	if exp.PCI == "" {
 		pci, _, err := resolvePCI(p.conf, prev, args.Netns, args.IfName)
 		if err != nil {

@@ -383,6 +383,7 @@ func TestCheck(t *testing.T) {
 		code    uint
 		reasons []string // the reasons of a 105, in order
 		msg     func(f *fixture) []string
+		warn    []string // CHECK passes with one warning saying these
 	}{
 		{name: "clean"},
 		{name: "renamed", drift: func(t *testing.T, f *fixture) { renameUp(t, f.pod, "net1", "eth3") },
@@ -425,7 +426,8 @@ func TestCheck(t *testing.T) {
 			extra: map[string]any{"guidPolicy": "ignore"}, code: plugin.ErrDrift, reasons: []string{"link-layer"},
 			msg: func(f *fixture) []string { return []string{"link layer is ethernet"} }},
 		{name: "port down under portPolicy=warn", drift: func(t *testing.T, f *fixture) { f.setPort(portDown) },
-			extra: map[string]any{"portPolicy": "warn"}},
+			extra: map[string]any{"portPolicy": "warn"},
+			warn:  []string{"portPolicy warn", "reason=port-down", "port 1 is 1: DOWN / 2: Polling"}},
 		{name: "record missing", drift: func(t *testing.T, f *fixture) {
 			if err := f.store.Delete(key("ctr", "net1")); err != nil {
 				t.Fatal(err)
@@ -454,6 +456,9 @@ func TestCheck(t *testing.T) {
 				t.Fatalf("CHECK: code %d (%v), want %d", got, err, tc.code)
 			}
 			if tc.code == 0 {
+				if tc.warn != nil {
+					f.wantOneWarning(t, tc.warn...)
+				}
 				return
 			}
 			if tc.code == plugin.ErrDrift {

@@ -39,6 +39,7 @@ type collector struct {
 	attachments, attachmentDrift, lastSweepTime            *prometheus.Desc
 	lastSweepDuration, recordErrors                        *prometheus.Desc
 	doctorUp, doctorLastRun, doctorFindings, doctorFinding *prometheus.Desc
+	doctorFunctions                                        *prometheus.Desc
 	buildInfo                                              *prometheus.Desc
 }
 
@@ -74,7 +75,8 @@ func NewCollector(src Sources) prometheus.Collector {
 		doctorFindings:    desc("doctor_findings", "Node doctor findings of the last run, by severity.", "severity"),
 		doctorFinding: desc("doctor_finding", "One node doctor finding of the last run (value 1), by check, severity and subject.",
 			"check", "severity", "subject"),
-		buildInfo: desc("agent_build_info", "The agent's version and commit (value 1).", "version", "commit"),
+		doctorFunctions: desc("doctor_functions", "Mellanox PCI functions the last node doctor run found, by kind (pf, vf).", "kind"),
+		buildInfo:       desc("agent_build_info", "The agent's version and commit (value 1).", "version", "commit"),
 	}
 }
 
@@ -98,7 +100,7 @@ func reasonNames() []string {
 func (x *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{x.sweeps, x.timeouts, x.checkErrors, x.staleRemoved, x.driftEvents, x.repairs,
 		x.repairsRefused, x.events, x.attachments, x.attachmentDrift, x.lastSweepTime, x.lastSweepDuration, x.recordErrors,
-		x.subscriptions, x.doctorUp, x.doctorLastRun, x.doctorFindings, x.doctorFinding, x.buildInfo} {
+		x.subscriptions, x.doctorUp, x.doctorLastRun, x.doctorFindings, x.doctorFinding, x.doctorFunctions, x.buildInfo} {
 		ch <- d
 	}
 	attachmentSeries.describe(ch)
@@ -201,6 +203,8 @@ func (x *collector) collectNode(n status.Node, gauge emit) {
 	if n.Report == nil { // the first run's report is being published
 		return
 	}
+	gauge(x.doctorFunctions, float64(n.Report.PFs), "pf")
+	gauge(x.doctorFunctions, float64(n.Report.VFs), "vf")
 	for _, s := range doctor.Severities {
 		gauge(x.doctorFindings, float64(n.Report.Count(s)), string(s))
 	}

@@ -182,8 +182,10 @@ func TestNodeSeries(t *testing.T) {
 	f.src.set(func(s *sources) {
 		// The same check, severity and subject twice (a VF's node and
 		// port GUID): one series.
-		s.node = status.Node{At: at, Report: &doctor.Report{Findings: []doctor.Finding{finding, finding}}}
+		s.node = status.Node{At: at, Report: &doctor.Report{PFs: 8, VFs: 64, Findings: []doctor.Finding{finding, finding}}}
 	})
+	promtest.Want(t, f.reg, 8, "sriov_stable_doctor_functions", "kind", "pf")
+	promtest.Want(t, f.reg, 64, "sriov_stable_doctor_functions", "kind", "vf")
 	promtest.Want(t, f.reg, 1, "sriov_stable_doctor_up")
 	promtest.Want(t, f.reg, 1_700_000_100, "sriov_stable_doctor_last_run_timestamp_seconds")
 	promtest.Want(t, f.reg, 1, "sriov_stable_doctor_finding", "check", doctor.CheckGUIDInvalid, "severity", "error", "subject", "0000:18:00.2")
@@ -197,6 +199,7 @@ func TestNodeSeries(t *testing.T) {
 	f.src.set(func(s *sources) { s.node = status.Node{At: at, Err: errors.New("no sysfs")} })
 	promtest.Want(t, f.reg, 0, "sriov_stable_doctor_up")
 	f.absent(t, "sriov_stable_doctor_findings", "severity", "error")
+	f.absent(t, "sriov_stable_doctor_functions", "kind", "vf")
 }
 
 // A label value that is not UTF-8 (a pod name or network with stray bytes,
