@@ -23,6 +23,7 @@ import (
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/promtext"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
 
@@ -85,7 +86,7 @@ type driftSlot struct {
 	i       int
 	pci     string
 	rdma    string // "" for a plain VF, whose port state is its carrier
-	standIn *harness.StandIn
+	standIn *testutil.StandIn
 	pod     ns.NetNS
 	chain   *harness.Chain
 	rt      *libcni.RuntimeConf
@@ -115,8 +116,8 @@ func newDriftNode(tb *harness.ProgramTB, o options) *driftNode {
 			d.RDMA = &sysfstest.RDMA{Name: s.rdma, NodeGUID: fmt.Sprintf("b83f:d203:00aa:%04x", i)}
 		}
 		n.sys.AddVF(driftPF, i, s.pci, d)
-		s.standIn = harness.NewStandIn(tb, fmt.Sprintf("dv%d", i), s.pci, true)
-		s.pod = harness.NewNetns(tb)
+		s.standIn = testutil.NewStandIn(tb, fmt.Sprintf("dv%d", i), s.pci, true)
+		s.pod = testutil.NewNetns(tb)
 		ourConf := map[string]any{"type": ours, "deviceID": s.pci, "pciBusID": s.pci, "sysfsRoot": n.sys.Root,
 			"stateDir": n.stateDir, "logFile": filepath.Join(disk, "sriov-stable-cni.log")}
 		s.chain = harness.NewChainWithCache(tb, o.binDir, filepath.Join(disk, "results"),
@@ -277,7 +278,7 @@ func change(tb *harness.ProgramTB, kind string, s *driftSlot, n *driftNode) (do,
 	}
 	switch kind {
 	case changeRename:
-		return func() { harness.RenameIn(tb, s.pod, "net1", "eth9") }, func() { harness.RenameIn(tb, s.pod, "eth9", "net1") }
+		return func() { testutil.RenameIn(tb, s.pod, "net1", "eth9") }, func() { testutil.RenameIn(tb, s.pod, "eth9", "net1") }
 	case changeAltName:
 		return withVF(func(l netlink.Link) error { return netlink.LinkDelAltName(l, s.standIn.AltName) }),
 			withVF(func(l netlink.Link) error { return netlink.LinkAddAltName(l, s.standIn.AltName) })
@@ -300,10 +301,10 @@ func (a *benchAgent) burst(tb *harness.ProgramTB, n *driftNode) ([]time.Duration
 	starts := make([]time.Time, len(n.slots))
 	together(len(n.slots), func(i int) {
 		starts[i] = time.Now()
-		harness.RenameIn(tb, n.slots[i].pod, "net1", "eth9")
+		testutil.RenameIn(tb, n.slots[i].pod, "net1", "eth9")
 	})
 	lat, missed := collect(seen, starts, 10*time.Second)
-	together(len(n.slots), func(i int) { harness.RenameIn(tb, n.slots[i].pod, "eth9", "net1") })
+	together(len(n.slots), func(i int) { testutil.RenameIn(tb, n.slots[i].pod, "eth9", "net1") })
 	for _, s := range n.slots {
 		if !a.log.clean(s.rt.ContainerID, 30*time.Second) {
 			tb.Fatalf("%s still drifting after the burst was undone: %s", s.rt.ContainerID, a.log.drifting(s.rt.ContainerID))
@@ -328,12 +329,12 @@ func sweepOnly(tb *harness.ProgramTB, o options, n *driftNode) ([]time.Duration,
 	for i, s := range n.slots {
 		seen[i] = ag.log.expect("drift detected", s.rt.ContainerID, "renamed")
 		starts[i] = time.Now()
-		harness.RenameIn(tb, s.pod, "net1", "eth9")
+		testutil.RenameIn(tb, s.pod, "net1", "eth9")
 		time.Sleep(step)
 	}
 	lat, missed := collect(seen, starts, o.driftSweep+10*time.Second)
 	for _, s := range n.slots {
-		harness.RenameIn(tb, s.pod, "eth9", "net1")
+		testutil.RenameIn(tb, s.pod, "eth9", "net1")
 	}
 	return lat, missed
 }
@@ -452,7 +453,7 @@ func (a *benchAgent) pollMetric(tb *harness.ProgramTB, timeout time.Duration, co
 }
 
 func (a *benchAgent) netlinkSockets(tb *harness.ProgramTB) int {
-	n, err := harness.NetlinkSockets(a.cmd.Process.Pid)
+	n, err := testutil.NetlinkSockets(a.cmd.Process.Pid)
 	if err != nil {
 		tb.Fatalf("count the agent's netlink sockets: %v", err)
 	}

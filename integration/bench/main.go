@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 )
 
 type options struct {
@@ -85,7 +86,7 @@ func main() {
 		os.Exit(code)
 	}
 	// The plugin's log and libcni's cache go to -disk-dir, wherever it is.
-	harness.AllowRoots(o.diskDir)
+	testutil.AllowRoots(o.diskDir)
 	if o.binDir, err = filepath.Abs(o.binDir); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(2)

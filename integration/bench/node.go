@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
@@ -130,7 +131,7 @@ func (n *node) saveNeighbors(store *state.Store, others []sysfstest.DGXVF) {
 // slot is one VF stand-in with the pod netns it is attached to.
 type slot struct {
 	vf      sysfstest.DGXVF
-	standIn *harness.StandIn
+	standIn *testutil.StandIn
 	pod     ns.NetNS
 	sysRoot string // a fixture sysfs of the slot's own (see alone); "" for the node's
 }
@@ -141,7 +142,7 @@ func (n *node) newSlot() *slot {
 	}
 	vf := n.vfs[n.used]
 	n.used++
-	return &slot{vf: vf, standIn: harness.NewStandIn(n.tb, fmt.Sprintf("bv%d", n.used), vf.PCI, true), pod: harness.NewNetns(n.tb)}
+	return &slot{vf: vf, standIn: testutil.NewStandIn(n.tb, fmt.Sprintf("bv%d", n.used), vf.PCI, true), pod: testutil.NewNetns(n.tb)}
 }
 
 // hostDeviceConf moves the stand-in by name. Multus would also write
@@ -457,7 +458,7 @@ func (r *parallelResult) burst(slots []*slot, chains []*harness.Chain, rng *rand
 	together(len(slots), func(i int) { _, _, errs[i] = call(chains[i], "DEL", rts[i]) })
 	ok := true
 	for i, err := range errs {
-		if err == nil && harness.HostLink(slots[i].standIn.Host) == nil {
+		if err == nil && testutil.HostLink(slots[i].standIn.Host) == nil {
 			err = fmt.Errorf("stand-in %s did not come back to the host", slots[i].standIn.Host)
 		}
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
 
@@ -38,19 +39,19 @@ const (
 // node is the fixture DGX H200 node the cluster runs on.
 type node struct {
 	dgx       *sysfstest.DGXNode
-	vfs       []sysfstest.DGXVF           // every VF, in PF order
-	standIns  map[string]*harness.StandIn // by VF PCI address
-	macs      map[string]string           // the stand-ins' MACs, by VF PCI address
-	zeroGUID  sysfstest.DGXVF             // the VF whose node GUID is zero (scenario 4)
-	logDir    string                      // on the host: survives the run
-	varLogDir string                      // bind-mounted over /var/log
+	vfs       []sysfstest.DGXVF            // every VF, in PF order
+	standIns  map[string]*testutil.StandIn // by VF PCI address
+	macs      map[string]string            // the stand-ins' MACs, by VF PCI address
+	zeroGUID  sysfstest.DGXVF              // the VF whose node GUID is zero (scenario 4)
+	logDir    string                       // on the host: survives the run
+	varLogDir string                       // bind-mounted over /var/log
 }
 
 // setupNode makes the run's mount namespace look like a DGX H200 node and
 // its network namespace hold the VFs' stand-ins. Only this namespace sees
 // any of it.
 func setupNode(tb *harness.ProgramTB) (*node, error) {
-	n := &node{standIns: map[string]*harness.StandIn{}, macs: map[string]string{}, logDir: filepath.Join(*workDir, "logs"),
+	n := &node{standIns: map[string]*testutil.StandIn{}, macs: map[string]string{}, logDir: filepath.Join(*workDir, "logs"),
 		varLogDir: filepath.Join(*workDir, "var-log")}
 	if err := recordNamespaces(); err != nil {
 		return nil, err
@@ -70,8 +71,8 @@ func setupNode(tb *harness.ProgramTB) (*node, error) {
 	for _, vf := range n.vfs {
 		// With the stable altname, as the host's .link files give it
 		// (hostconfig): a veth has no parent PCI device to be found by.
-		n.standIns[vf.PCI] = harness.NewStandIn(tb, vf.NetDev, vf.PCI, true)
-		n.macs[vf.PCI] = harness.HostLink(vf.NetDev).Attrs().HardwareAddr.String()
+		n.standIns[vf.PCI] = testutil.NewStandIn(tb, vf.NetDev, vf.PCI, true)
+		n.macs[vf.PCI] = testutil.HostLink(vf.NetDev).Attrs().HardwareAddr.String()
 	}
 	if err := makeCgroupRoot(); err != nil {
 		return nil, err
@@ -312,7 +313,7 @@ func (n *node) podNetnsPaths() []string {
 // namespace under their host name, for the "every VF back" checks.
 func (n *node) vfsHome() (missing []string) {
 	for _, vf := range n.vfs {
-		if harness.HostLink(vf.NetDev) == nil {
+		if testutil.HostLink(vf.NetDev) == nil {
 			missing = append(missing, vf.NetDev+" ("+vf.PCI+")")
 		}
 	}

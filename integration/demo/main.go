@@ -17,6 +17,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
 
@@ -54,7 +55,7 @@ func demo(tb *harness.ProgramTB, bins string) {
 	sys.AddVF(pfAddr, 1, vf2, sysfstest.Device{RDMA: &sysfstest.RDMA{Name: "mlx5_11", NodeGUID: "0000:0000:0000:0000"}})
 	stateDir := filepath.Join(tb.TempDir(), "state")
 	logFile := filepath.Join(tb.TempDir(), "plugin.log")
-	sv := harness.NewStandIn(tb, "ibs9f0v0", vfAddr, true)
+	sv := testutil.NewStandIn(tb, "ibs9f0v0", vfAddr, true)
 
 	step(1, "A node, in private namespaces: ConnectX-7 PF %s, VF %s (mlx5_10, node GUID b83f:d203:00aa:0100,", pfAddr, vfAddr)
 	say("port 4: ACTIVE / 5: LinkUp, InfiniBand) in a fixture sysfs at %s;", sys.Root)
@@ -69,7 +70,7 @@ func demo(tb *harness.ProgramTB, bins string) {
 		map[string]any{"type": "rename-as-udev", "newName": "eth7"},
 		ours)
 	chain := harness.NewChain(tb, bins, conf)
-	pod := harness.NewNetns(tb)
+	pod := testutil.NewNetns(tb)
 	rt := harness.Runtime("pod-a", pod, "net1", nil)
 
 	step(2, "ADD through libcni: host-device moves the VF into the pod as net1, then a udev-like rename")
@@ -83,7 +84,7 @@ func demo(tb *harness.ProgramTB, bins string) {
 	say("result interfaces: %s", b)
 	say("pod netns holds: %s", linkSummary(tb, pod))
 	say("plugin log: %s", grepLog(logFile, "repaired VF name"))
-	if harness.LinkIn(tb, pod, "net1") == nil {
+	if testutil.LinkIn(tb, pod, "net1") == nil {
 		tb.Fatalf("net1 not repaired")
 	}
 
@@ -94,7 +95,7 @@ func demo(tb *harness.ProgramTB, bins string) {
 	say("CHECK passed")
 
 	step(4, "Drift: inside the pod net1 is renamed to eth9, and the HCA port drops to 1: DOWN")
-	harness.RenameIn(tb, pod, "net1", "eth9")
+	testutil.RenameIn(tb, pod, "net1", "eth9")
 	sys.SetPort(vfAddr, "mlx5_10", 1, sysfstest.Port{State: "1: DOWN", PhysState: "3: Disabled"})
 	err = chain.Only("sriov-stable-cni").Check(rt)
 	if harness.ErrCode(err) != 105 {
@@ -112,21 +113,21 @@ func demo(tb *harness.ProgramTB, bins string) {
 	if err := chain.Del(rt); err != nil {
 		tb.Fatalf("DEL: %v", err)
 	}
-	if harness.HostLink(sv.Host) == nil {
+	if testutil.HostLink(sv.Host) == nil {
 		tb.Fatalf("VF not back on the host")
 	}
 	recs, _ := filepath.Glob(filepath.Join(stateDir, "attachments", "*.json"))
 	say("host has %s again; pod holds: %s; records left: %d", sv.Host, linkSummary(tb, pod), len(recs))
 
 	step(6, "A VF whose GUID came up all zeros (%s, mlx5_11) is refused at ADD", vf2)
-	sv2 := harness.NewStandIn(tb, "ibs9f0v1", vf2, true)
+	sv2 := testutil.NewStandIn(tb, "ibs9f0v1", vf2, true)
 	ours2 := map[string]any{}
 	for k, v := range ours {
 		ours2[k] = v
 	}
 	ours2["deviceID"], ours2["pciBusID"] = vf2, vf2
 	chain2 := harness.NewChain(tb, bins, harness.ConfList("1.1.0", "ib-vfs", map[string]any{"type": "host-device", "device": sv2.Host}, ours2))
-	pod2 := harness.NewNetns(tb)
+	pod2 := testutil.NewNetns(tb)
 	rt2 := harness.Runtime("pod-b", pod2, "net1", nil)
 	_, err = chain2.Add(rt2)
 	if harness.ErrCode(err) != 102 {
@@ -136,13 +137,13 @@ func demo(tb *harness.ProgramTB, bins string) {
 	if err := chain2.Del(rt2); err != nil {
 		tb.Fatalf("DEL after refused ADD: %v", err)
 	}
-	say("DEL after the refused ADD returned %s to the host: %v", sv2.Host, harness.HostLink(sv2.Host) != nil)
+	say("DEL after the refused ADD returned %s to the host: %v", sv2.Host, testutil.HostLink(sv2.Host) != nil)
 }
 
 func linkSummary(tb harness.TB, n ns.NetNS) string {
 	var out []string
-	for _, name := range harness.LinksIn(tb, n) {
-		l := harness.LinkIn(tb, n, name)
+	for _, name := range testutil.LinksIn(tb, n) {
+		l := testutil.LinkIn(tb, n, name)
 		if l != nil && len(l.Attrs().AltNames) > 0 {
 			name += " (altname " + strings.Join(l.Attrs().AltNames, ", ") + ")"
 		}

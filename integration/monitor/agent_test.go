@@ -41,7 +41,7 @@ type node struct {
 	sys      *sysfstest.Tree
 	stateDir string
 	cacheDir string
-	vfs      []*harness.StandIn
+	vfs      []*testutil.StandIn
 	pods     []ns.NetNS
 	rts      []*libcni.RuntimeConf
 	chains   []*harness.Chain
@@ -60,7 +60,7 @@ func newNode(t *testing.T, vfs int) *node {
 			d.RDMA = &sysfstest.RDMA{Name: "mlx5_11", NodeGUID: "b83f:d203:00aa:0101", FWVer: "28.43.1014"}
 		}
 		n.sys.AddVF(pf, i, testutil.VFAddr(i), d)
-		n.vfs = append(n.vfs, harness.NewStandIn(t, fmt.Sprintf("mv%d", i), testutil.VFAddr(i), true))
+		n.vfs = append(n.vfs, testutil.NewStandIn(t, fmt.Sprintf("mv%d", i), testutil.VFAddr(i), true))
 	}
 	return n
 }
@@ -76,7 +76,7 @@ func (n *node) attach(i int) {
 	}
 	hostDevice := map[string]any{"type": "host-device", "device": n.vfs[i].Host}
 	chain := harness.NewChainWithCache(n.t, n.bins, n.cacheDir, harness.ConfList("1.1.0", network, hostDevice, ours))
-	pod := harness.NewNetns(n.t)
+	pod := testutil.NewNetns(n.t)
 	rt := harness.Runtime(fmt.Sprintf("pod-%d", i), pod, "net1", nil)
 	if _, err := chain.Add(rt); err != nil {
 		b, _ := os.ReadFile(filepath.Join(n.stateDir, "..", "plugin.log"))
@@ -308,10 +308,10 @@ func TestMonitorEndToEnd(t *testing.T) {
 
 	// 1. A rename inside the pod (what udev or a second CNI does) shows up
 	//    as drift within one interval, and its recovery too.
-	harness.RenameIn(t, n.pods[0], "net1", "eth9")
+	testutil.RenameIn(t, n.pods[0], "net1", "eth9")
 	before := a.scrape()[sweeps]
 	a.withinOneInterval("renamed drift", before, func(m metrics) bool { return m[drift("renamed")] == 1 && m[attachments("drifted")] == 1 })
-	harness.RenameIn(t, n.pods[0], "eth9", "net1")
+	testutil.RenameIn(t, n.pods[0], "eth9", "net1")
 	before = a.scrape()[sweeps]
 	a.withinOneInterval("renamed recovery", before, func(m metrics) bool { return m[drift("renamed")] == 0 && m[attachments("ok")] == 3 })
 
@@ -333,13 +333,13 @@ func TestMonitorEndToEnd(t *testing.T) {
 	a.waitFor("the unreadable attachment to be unknown", func(m metrics) bool {
 		return m["sriov_stable_check_errors_total"] >= 1 && m[attachments("unknown")] == 1
 	})
-	harness.RenameIn(t, n.pods[0], "net1", "eth9")
+	testutil.RenameIn(t, n.pods[0], "net1", "eth9")
 	before = a.scrape()[sweeps]
 	a.withinOneInterval("renamed drift beside an unreadable attachment", before, func(m metrics) bool { return m[drift("renamed")] == 1 })
 	if d := a.scrape()["sriov_stable_last_sweep_duration_seconds"]; d > 0.5 {
 		t.Errorf("a sweep with one unreadable attachment took %.3fs, want well within the 200ms interval", d)
 	}
-	harness.RenameIn(t, n.pods[0], "eth9", "net1")
+	testutil.RenameIn(t, n.pods[0], "eth9", "net1")
 	unblock()
 	a.waitFor("every attachment checkable and healthy again", func(m metrics) bool {
 		return m[attachments("ok")] == 3 && m[drift("renamed")] == 0
@@ -348,7 +348,7 @@ func TestMonitorEndToEnd(t *testing.T) {
 	// 4. A pod sandbox torn down without DEL: stale, then removed after the
 	//    1s grace period.
 	stalePath := n.rts[2].NetNS
-	harness.RemoveNetns(t, n.pods[2])
+	testutil.RemoveNetns(t, n.pods[2])
 	a.waitFor("a stale attachment", func(m metrics) bool { return m[attachments("stale")] == 1 })
 	a.waitFor("the stale record to be removed", func(m metrics) bool {
 		return m["sriov_stable_stale_records_removed_total"] == 1 && m[attachments("stale")] == 0 && m[attachments("ok")] == 2

@@ -8,7 +8,6 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
-	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/promtext"
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
@@ -21,7 +20,7 @@ func repairs(kind string) string { return promtext.Series("sriov_stable_repairs_
 func (a *agent) wantSockets(what string, want int) {
 	a.t.Helper()
 	a.waitFor(what, func(m metrics) bool {
-		n, err := harness.NetlinkSockets(a.pid)
+		n, err := testutil.NetlinkSockets(a.pid)
 		return err == nil && n == want && m["sriov_stable_event_subscriptions"] == float64(want)
 	})
 }
@@ -42,9 +41,9 @@ func TestMonitorEventsAndRepairs(t *testing.T) {
 	a.wantSockets("a socket per attachment", 3)
 
 	start := time.Now()
-	harness.RenameIn(t, n.pods[0], "net1", "eth9")
+	testutil.RenameIn(t, n.pods[0], "net1", "eth9")
 	a.waitFor("the rename repaired", func(m metrics) bool {
-		return m[repairs("name")] == 1 && m[drift("renamed")] == 0 && harness.LinkIn(t, n.pods[0], "net1") != nil
+		return m[repairs("name")] == 1 && m[drift("renamed")] == 0 && testutil.LinkIn(t, n.pods[0], "net1") != nil
 	})
 	t.Logf("rename in the pod repaired after %s", time.Since(start).Round(time.Millisecond))
 
@@ -61,7 +60,7 @@ func TestMonitorEventsAndRepairs(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.waitFor("the altname back", func(m metrics) bool {
-		l := harness.LinkIn(t, n.pods[2], "net1")
+		l := testutil.LinkIn(t, n.pods[2], "net1")
 		return m[repairs("altname")] == 1 && l != nil && slices.Contains(l.Attrs().AltNames, alt)
 	})
 	t.Logf("altname removed in the pod, added back after %s", time.Since(start).Round(time.Millisecond))

@@ -17,7 +17,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/promexport"
 )
@@ -114,7 +113,7 @@ func TestAgentBesideAStuckPortRead(t *testing.T) {
 		return m[attachments("ok")] == 2 && m[attachments("unknown")] == 1
 	})
 
-	harness.RenameIn(t, n.pods[0], "net1", "eth9")
+	testutil.RenameIn(t, n.pods[0], "net1", "eth9")
 	before := a.scrape()[sweeps]
 	a.withinOneInterval("a rename beside the stuck VF", before, func(m metrics) bool { return m[drift("renamed")] == 1 })
 

@@ -35,7 +35,7 @@ func TestHappyPathEveryVersion(t *testing.T) {
 	for _, v := range versions {
 		t.Run(v, func(t *testing.T) {
 			e := newEnv(t, vfOpts{rdma: true, numVFs: 1})
-			pod := harness.NewNetns(t)
+			pod := testutil.NewNetns(t)
 			c := e.chain(v, 0, map[string]any{"linkLayer": "infiniband"})
 			r := rt("c-happy", pod)
 			res, err := c.Add(r)
@@ -46,9 +46,9 @@ func TestHappyPathEveryVersion(t *testing.T) {
 				t.Errorf("result version %s, want %s", res.Version(), v)
 			}
 			cur := asCurrent(t, res)
-			link := harness.LinkIn(t, pod, "net1")
+			link := testutil.LinkIn(t, pod, "net1")
 			if link == nil {
-				t.Fatalf("no net1 in pod: %v", harness.LinksIn(t, pod))
+				t.Fatalf("no net1 in pod: %v", testutil.LinksIn(t, pod))
 			}
 			i := slices.IndexFunc(cur.Interfaces, func(i *current.Interface) bool { return i.Name == "net1" })
 			if i < 0 {
@@ -62,7 +62,7 @@ func TestHappyPathEveryVersion(t *testing.T) {
 				t.Errorf("result pciID %q for version %s", got, v)
 			}
 			if !slices.Contains(link.Attrs().AltNames, e.vfs[0].AltName) {
-				t.Errorf("pod link lacks altname %s: %s", e.vfs[0].AltName, harness.Describe(link))
+				t.Errorf("pod link lacks altname %s: %s", e.vfs[0].AltName, testutil.Describe(link))
 			}
 			e.wantRecords(1)
 			if hasCheck(v) {
@@ -81,17 +81,17 @@ func TestHappyPathEveryVersion(t *testing.T) {
 
 func TestRenameBeforeUsIsRepaired(t *testing.T) {
 	e := newEnv(t, vfOpts{numVFs: 1})
-	pod := harness.NewNetns(t)
+	pod := testutil.NewNetns(t)
 	c := e.chain("1.1.0", 0, nil, udev("eth7"))
 	r := rt("c-udev", pod)
 	res, err := c.Add(r)
 	if err != nil {
 		t.Fatalf("ADD: %v\nlog:\n%s", err, e.logTail())
 	}
-	if l := harness.LinkIn(t, pod, "net1"); l == nil {
-		t.Fatalf("VF not repaired to net1; pod holds %v", harness.LinksIn(t, pod))
+	if l := testutil.LinkIn(t, pod, "net1"); l == nil {
+		t.Fatalf("VF not repaired to net1; pod holds %v", testutil.LinksIn(t, pod))
 	}
-	if harness.LinkIn(t, pod, "eth7") != nil {
+	if testutil.LinkIn(t, pod, "eth7") != nil {
 		t.Fatalf("eth7 still present in pod")
 	}
 	cur := asCurrent(t, res)
@@ -109,13 +109,13 @@ func TestRenameBeforeUsIsRepaired(t *testing.T) {
 
 func TestRenameAfterAddCaughtByCheckAndDelReturnsVF(t *testing.T) {
 	e := newEnv(t, vfOpts{numVFs: 1})
-	pod := harness.NewNetns(t)
+	pod := testutil.NewNetns(t)
 	c := e.chain("1.1.0", 0, nil)
 	r := rt("c-drift", pod)
 	if _, err := c.Add(r); err != nil {
 		t.Fatalf("ADD: %v", err)
 	}
-	harness.RenameIn(t, pod, "net1", "eth9")
+	testutil.RenameIn(t, pod, "net1", "eth9")
 	// host-device's own CHECK would stop the chain at the rename; CHECK ours.
 	err := c.Only(ours).Check(r)
 	if harness.ErrCode(err) != 105 || !strings.Contains(err.Error(), "renamed: ") || !strings.Contains(err.Error(), "eth9") {
@@ -125,7 +125,7 @@ func TestRenameAfterAddCaughtByCheckAndDelReturnsVF(t *testing.T) {
 		t.Fatalf("DEL: %v\nlog:\n%s", err, e.logTail())
 	}
 	e.wantHome(0)
-	if got := harness.LinksIn(t, pod); !slices.Equal(got, []string{"lo"}) {
+	if got := testutil.LinksIn(t, pod); !slices.Equal(got, []string{"lo"}) {
 		t.Errorf("pod still holds %v", got)
 	}
 	e.wantRecords(0)
@@ -133,13 +133,13 @@ func TestRenameAfterAddCaughtByCheckAndDelReturnsVF(t *testing.T) {
 
 func TestCheckReportsEveryDriftAtOnce(t *testing.T) {
 	e := newEnv(t, vfOpts{rdma: true, numVFs: 1})
-	pod := harness.NewNetns(t)
+	pod := testutil.NewNetns(t)
 	c := e.chain("1.1.0", 0, nil)
 	r := rt("c-many", pod)
 	if _, err := c.Add(r); err != nil {
 		t.Fatalf("ADD: %v", err)
 	}
-	harness.RenameIn(t, pod, "net1", "eth3")
+	testutil.RenameIn(t, pod, "net1", "eth3")
 	e.sys.SetPort(testutil.VFAddr(0), "mlx5_10", 1, sysfstest.Port{State: "1: DOWN", PhysState: "3: Disabled"})
 	e.sys.WriteFile(e.sys.DevicePath(testutil.VFAddr(0))+"/infiniband/mlx5_10/node_guid", "0000:0000:0000:0000")
 	err := c.Only(ours).Check(r)
@@ -190,7 +190,7 @@ func TestVerifyFailuresLeaveNothingChanged(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(e)
 			}
-			pod := harness.NewNetns(t)
+			pod := testutil.NewNetns(t)
 			c := e.chain("1.1.0", 0, tc.extra, udev("eth7"))
 			r := rt("c-fail", pod)
 			_, err := c.Add(r)
@@ -201,8 +201,8 @@ func TestVerifyFailuresLeaveNothingChanged(t *testing.T) {
 				t.Errorf("error does not name the VF and netns: %v", err)
 			}
 			// Our rename to net1 was undone: the VF is as the chain left it.
-			if l := harness.LinkIn(t, pod, "eth7"); l == nil {
-				t.Errorf("rename not undone; pod holds %v", harness.LinksIn(t, pod))
+			if l := testutil.LinkIn(t, pod, "eth7"); l == nil {
+				t.Errorf("rename not undone; pod holds %v", testutil.LinksIn(t, pod))
 			}
 			e.wantRecords(0)
 			if err := c.Del(r); err != nil {
@@ -230,7 +230,7 @@ func TestDuplicateCheckReusesTheGUIDIndexWhileCurrent(t *testing.T) {
 		return st.Ino
 	}
 	add := func(vf int, id string) (*libcni.RuntimeConf, *harness.Chain, error) {
-		pod := harness.NewNetns(t)
+		pod := testutil.NewNetns(t)
 		c, r := e.chain("1.1.0", vf, nil), rt(id, pod)
 		_, err := c.Add(r)
 		return r, c, err
@@ -282,7 +282,7 @@ func TestPortPolicyWarnAndIgnoreProceed(t *testing.T) {
 		t.Run(policy, func(t *testing.T) {
 			e := newEnv(t, vfOpts{numVFs: 1})
 			e.vfs[0].SetCarrier(t, false)
-			pod := harness.NewNetns(t)
+			pod := testutil.NewNetns(t)
 			c := e.chain("1.1.0", 0, map[string]any{"portPolicy": policy})
 			r := rt("c-pol", pod)
 			if _, err := c.Add(r); err != nil {
@@ -297,7 +297,7 @@ func TestPortPolicyWarnAndIgnoreProceed(t *testing.T) {
 
 func TestNameConflictTouchesNothing(t *testing.T) {
 	e := newEnv(t, vfOpts{numVFs: 1})
-	pod := harness.NewNetns(t)
+	pod := testutil.NewNetns(t)
 	// udev renames the VF to eth5 and something else takes net1.
 	occupy := udev("eth5")
 	occupy["occupyIfName"] = true
@@ -307,11 +307,11 @@ func TestNameConflictTouchesNothing(t *testing.T) {
 	if harness.ErrCode(err) != 101 || !strings.Contains(err.Error(), "held by another link") {
 		t.Fatalf("ADD: got %v, want code 101", err)
 	}
-	if harness.LinkIn(t, pod, "eth5") == nil {
-		t.Fatalf("VF was touched; pod holds %v", harness.LinksIn(t, pod))
+	if testutil.LinkIn(t, pod, "eth5") == nil {
+		t.Fatalf("VF was touched; pod holds %v", testutil.LinksIn(t, pod))
 	}
 	e.wantRecords(0)
-	harness.DeleteLinkIn(t, pod, "net1")
+	testutil.DeleteLinkIn(t, pod, "net1")
 	if err := c.Del(r); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
@@ -341,7 +341,7 @@ func TestBadInputGivesClearErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			pod := harness.NewNetns(t)
+			pod := testutil.NewNetns(t)
 			c := e.chain("1.1.0", 0, tc.extra)
 			r := rt("c-bad", pod)
 			_, err := c.Add(r)
@@ -360,7 +360,7 @@ func TestBadInputGivesClearErrors(t *testing.T) {
 
 func TestNotChainedIsRejected(t *testing.T) {
 	e := newEnv(t, vfOpts{numVFs: 1})
-	pod := harness.NewNetns(t)
+	pod := testutil.NewNetns(t)
 	c := harness.NewChain(t, e.bins, harness.ConfList("1.1.0", "alone", e.ours(0, nil)))
 	_, err := c.Add(rt("c-alone", pod))
 	if harness.ErrCode(err) != 7 || !strings.Contains(err.Error(), "must be chained after") {
@@ -374,7 +374,7 @@ func TestNotChainedIsRejected(t *testing.T) {
 func TestDelIsIdempotentAndTolerant(t *testing.T) {
 	e := newEnv(t, vfOpts{numVFs: 3})
 	t.Run("twice", func(t *testing.T) {
-		pod := harness.NewNetns(t)
+		pod := testutil.NewNetns(t)
 		c := e.chain("1.1.0", 0, nil)
 		r := rt("c-twice", pod)
 		if _, err := c.Add(r); err != nil {
@@ -392,13 +392,13 @@ func TestDelIsIdempotentAndTolerant(t *testing.T) {
 		e.wantHome(0)
 	})
 	t.Run("netns gone", func(t *testing.T) {
-		pod := harness.NewNetns(t)
+		pod := testutil.NewNetns(t)
 		c := e.chain("1.1.0", 1, nil)
 		r := rt("c-gone", pod)
 		if _, err := c.Add(r); err != nil {
 			t.Fatalf("ADD: %v", err)
 		}
-		harness.RemoveNetns(t, pod)
+		testutil.RemoveNetns(t, pod)
 		// host-device fails on a missing netns; ours must not.
 		if err := c.Only(ours).Del(r); err != nil {
 			t.Fatalf("DEL with netns gone: %v", err)
@@ -406,7 +406,7 @@ func TestDelIsIdempotentAndTolerant(t *testing.T) {
 		e.wantRecords(0)
 	})
 	t.Run("no record", func(t *testing.T) {
-		pod := harness.NewNetns(t)
+		pod := testutil.NewNetns(t)
 		c := e.chain("1.1.0", 2, nil)
 		r := rt("c-norec", pod)
 		if _, err := c.Add(r); err != nil {
@@ -415,7 +415,7 @@ func TestDelIsIdempotentAndTolerant(t *testing.T) {
 		for _, f := range e.records() {
 			os.Remove(f)
 		}
-		harness.RenameIn(t, pod, "net1", "eth4")
+		testutil.RenameIn(t, pod, "net1", "eth4")
 		if err := c.Del(r); err != nil {
 			t.Fatalf("DEL with no record: %v", err)
 		}
@@ -428,7 +428,7 @@ func TestGCRemovesStaleRecords(t *testing.T) {
 	var rts []*libcni.RuntimeConf
 	var chains []*harness.Chain
 	for i := range 2 {
-		pod := harness.NewNetns(t)
+		pod := testutil.NewNetns(t)
 		c := e.chain("1.1.0", i, nil)
 		r := rt(fmt.Sprintf("c-gc-%d", i), pod)
 		if _, err := c.Add(r); err != nil {
@@ -482,7 +482,7 @@ func TestParallelAttachments(t *testing.T) {
 	chains := make([]*harness.Chain, n)
 	for i := range n {
 		chains[i] = e.chain("1.1.0", i, nil)
-		pods[i] = rt(fmt.Sprintf("c-par-%d", i), harness.NewNetns(t))
+		pods[i] = rt(fmt.Sprintf("c-par-%d", i), testutil.NewNetns(t))
 	}
 	run := func(verb string, f func(i int) error) { harness.Parallel(t, n, verb, f) }
 	run("ADD", func(i int) error { _, err := chains[i].Add(pods[i]); return err })
@@ -502,7 +502,7 @@ func TestParallelAttachments(t *testing.T) {
 // on every retry and strand the VF.
 func TestDelWhenHostNameIsTaken(t *testing.T) {
 	e := newEnv(t, vfOpts{numVFs: 1})
-	pod := harness.NewNetns(t)
+	pod := testutil.NewNetns(t)
 	c := e.chain("1.1.0", 0, nil)
 	r := rt("c-taken", pod)
 	if _, err := c.Add(r); err != nil {
@@ -516,8 +516,8 @@ func TestDelWhenHostNameIsTaken(t *testing.T) {
 	if err := c.Del(r); err != nil {
 		t.Fatalf("DEL with the host name taken: %v\nlog:\n%s", err, e.logTail())
 	}
-	if l := harness.HostLink("vf18s00f2"); l == nil || !slices.Contains(l.Attrs().AltNames, e.vfs[0].AltName) {
-		t.Fatalf("VF not home under its fallback name vf18s00f2: %s", harness.Describe(l))
+	if l := testutil.HostLink("vf18s00f2"); l == nil || !slices.Contains(l.Attrs().AltNames, e.vfs[0].AltName) {
+		t.Fatalf("VF not home under its fallback name vf18s00f2: %s", testutil.Describe(l))
 	}
 	e.wantRecords(0)
 }
@@ -528,12 +528,12 @@ func TestDelWhenHostNameIsTaken(t *testing.T) {
 // home under its own PCI-derived name instead.
 func TestDelGivesTransientHostNameAUniqueOne(t *testing.T) {
 	e := newEnv(t, vfOpts{numVFs: 1})
-	l := harness.HostLink(e.vfs[0].Host)
+	l := testutil.HostLink(e.vfs[0].Host)
 	if err := netlink.LinkSetName(l, "net7"); err != nil {
 		t.Fatal(err)
 	}
 	e.vfs[0].Host = "net7"
-	pod := harness.NewNetns(t)
+	pod := testutil.NewNetns(t)
 	c := e.chain("1.1.0", 0, nil)
 	r := rt("c-transient", pod)
 	if _, err := c.Add(r); err != nil {
@@ -542,8 +542,8 @@ func TestDelGivesTransientHostNameAUniqueOne(t *testing.T) {
 	if err := c.Del(r); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
-	if harness.HostLink("vf18s00f2") == nil {
-		t.Fatalf("VF not home as vf18s00f2; host net7: %s", harness.Describe(harness.HostLink("net7")))
+	if testutil.HostLink("vf18s00f2") == nil {
+		t.Fatalf("VF not home as vf18s00f2; host net7: %s", testutil.Describe(testutil.HostLink("net7")))
 	}
 }
 
@@ -564,7 +564,7 @@ func TestUpgradeAdoptsRecordsFromTheOldDefault(t *testing.T) {
 	if err := state.NewStore(config.LegacyStateDir).Save(other); err != nil {
 		t.Fatal(err)
 	}
-	pod := harness.NewNetns(t)
+	pod := testutil.NewNetns(t)
 	r := rt("c-upgrade", pod)
 	before := e.chain("1.1.0", 0, map[string]any{"stateDir": config.LegacyStateDir}) // the old default, as it applied
 	if _, err := before.Add(r); err != nil {

@@ -32,7 +32,7 @@ type env struct {
 	sys      *sysfstest.Tree
 	stateDir string
 	cacheDir string
-	vfs      []*harness.StandIn
+	vfs      []*testutil.StandIn
 }
 
 type vfOpts struct {
@@ -61,7 +61,7 @@ func newEnv(t *testing.T, o vfOpts) *env {
 		}
 		e.sys.AddVF(pf, i, testutil.VFAddr(i), d)
 		host := fmt.Sprintf("sv%d", standInSeq.Add(1))
-		e.vfs = append(e.vfs, harness.NewStandIn(t, host, testutil.VFAddr(i), !o.noAlt))
+		e.vfs = append(e.vfs, testutil.NewStandIn(t, host, testutil.VFAddr(i), !o.noAlt))
 	}
 	return e
 }
@@ -76,7 +76,7 @@ func (e *env) ours(vf int, extra map[string]any) map[string]any {
 	if vf >= 0 {
 		m["deviceID"], m["pciBusID"] = testutil.VFAddr(vf), testutil.VFAddr(vf)
 	}
-	return harness.Merge(m, extra)
+	return testutil.Merge(m, extra)
 }
 
 func (e *env) hostDevice(vf int) map[string]any {
@@ -112,7 +112,7 @@ func (e *env) wantRecords(n int) {
 // wantHome asserts the stand-in is back in the host netns under its own name.
 func (e *env) wantHome(vf int) {
 	e.t.Helper()
-	if l := harness.HostLink(e.vfs[vf].Host); l == nil {
+	if l := testutil.HostLink(e.vfs[vf].Host); l == nil {
 		e.t.Fatalf("stand-in %s is not back in the host netns", e.vfs[vf].Host)
 	}
 }

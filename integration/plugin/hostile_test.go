@@ -12,8 +12,8 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile/safefiletest"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 )
 
@@ -31,7 +31,7 @@ const verbBound = 30 * time.Second
 func TestHostileRecordFiles(t *testing.T) {
 	e := newEnv(t, vfOpts{rdma: true, numVFs: 2})
 	c0, c1 := e.chain("1.1.0", 0, nil), e.chain("1.1.0", 1, nil)
-	r0, r1 := rt("c-hostile-0", harness.NewNetns(t)), rt("c-hostile-1", harness.NewNetns(t))
+	r0, r1 := rt("c-hostile-0", testutil.NewNetns(t)), rt("c-hostile-1", testutil.NewNetns(t))
 	if _, err := c0.Add(r0); err != nil {
 		t.Fatalf("ADD: %v\nlog:\n%s", err, e.logTail())
 	}

@@ -19,7 +19,7 @@ func TestPCIFromRuntimeConfig(t *testing.T) {
 		"deviceID": nil, "pciBusID": nil}
 
 	t.Run("deviceID capability", func(t *testing.T) {
-		pod := harness.NewNetns(t)
+		pod := testutil.NewNetns(t)
 		c := e.chain("1.1.0", 0, caps)
 		r := harness.Runtime("c-cap", pod, "net1", map[string]any{"deviceID": strings.ToUpper(testutil.VFAddr(0))})
 		res, err := c.Add(r)
@@ -36,7 +36,7 @@ func TestPCIFromRuntimeConfig(t *testing.T) {
 	})
 
 	t.Run("device info file", func(t *testing.T) {
-		pod := harness.NewNetns(t)
+		pod := testutil.NewNetns(t)
 		info := filepath.Join(t.TempDir(), "devinfo.json")
 		b, _ := json.Marshal(map[string]any{"type": "pci", "version": "1.1.0",
 			"pci": map[string]string{"pci-address": testutil.VFAddr(1), "pf-pci-address": pf}})
@@ -59,7 +59,7 @@ func TestPCIFromRuntimeConfig(t *testing.T) {
 	})
 
 	t.Run("garbage device info file", func(t *testing.T) {
-		pod := harness.NewNetns(t)
+		pod := testutil.NewNetns(t)
 		info := filepath.Join(t.TempDir(), "devinfo.json")
 		if err := os.WriteFile(info, []byte(`{"type":"pci","pci":{"pci-address":"../../etc"}}`), 0o600); err != nil {
 			t.Fatal(err)
@@ -81,7 +81,7 @@ func TestPCIFromRuntimeConfig(t *testing.T) {
 // altname cannot be identified; the plugin must not pick it by ifname.
 func TestVFWithoutIdentityIsNotGuessed(t *testing.T) {
 	e := newEnv(t, vfOpts{numVFs: 1, noAlt: true})
-	pod := harness.NewNetns(t)
+	pod := testutil.NewNetns(t)
 	c := e.chain("1.1.0", 0, nil)
 	r := rt("c-noid", pod)
 	_, err := c.Add(r)
@@ -97,7 +97,7 @@ func TestVFWithoutIdentityIsNotGuessed(t *testing.T) {
 
 func TestBadRuntimeArgs(t *testing.T) {
 	e := newEnv(t, vfOpts{numVFs: 1})
-	pod := harness.NewNetns(t)
+	pod := testutil.NewNetns(t)
 	// Our plugin alone with a hand-made prevResult: host-device would reject
 	// these names before us.
 	prev := map[string]any{"cniVersion": "1.1.0", "interfaces": []map[string]any{{"name": "net1", "sandbox": pod.Path()}}}

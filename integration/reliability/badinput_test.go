@@ -16,7 +16,6 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
 
-	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
@@ -61,7 +60,7 @@ func newBadEnv(t *testing.T) *badEnv {
 	}
 	t.Cleanup(func() { _ = unix.Unmount(e.readOnly, unix.MNT_DETACH) })
 	e.sys.AddDevice(noPF, sysfstest.Device{})
-	e.pod = harness.NewNetns(t)
+	e.pod = testutil.NewNetns(t)
 	l := placeInPod(t, nd.vfs[0], e.pod, "eth7", true)
 	e.mac = l.Attrs().HardwareAddr.String()
 	return e
@@ -333,7 +332,7 @@ func TestBadInputCorpus(t *testing.T) {
 		if o := e.run(e.invocation("DEL", with(nil), nil)); o.Exit != 0 {
 			t.Fatalf("DEL: %s", o)
 		}
-		harness.RenameIn(t, e.pod, "net1", "eth7")
+		testutil.RenameIn(t, e.pod, "net1", "eth7")
 		if got := linkStates(t, e.pod); !slices.Equal(got, pod) {
 			t.Fatalf("pod after the control's DEL: %+v", got)
 		}
@@ -413,8 +412,8 @@ func (e *badEnv) assertUntouched(t *testing.T, verb, delIfName string, files map
 	if got := linkStates(t, nil); !slices.Equal(got, host) {
 		t.Errorf("%s changed host links:\nbefore %+v\nafter  %+v", verb, host, got)
 	}
-	if delIfName != "" && delIfName != "eth7" && harness.LinkIn(t, e.pod, delIfName) != nil {
-		harness.RenameIn(t, e.pod, delIfName, "eth7")
+	if delIfName != "" && delIfName != "eth7" && testutil.LinkIn(t, e.pod, delIfName) != nil {
+		testutil.RenameIn(t, e.pod, delIfName, "eth7")
 	}
 	if got := linkStates(t, e.pod); !slices.Equal(got, pod) {
 		t.Errorf("%s changed the pod's links:\nbefore %+v\nafter  %+v", verb, pod, got)
@@ -428,7 +427,7 @@ func (e *badEnv) resetPod(t *testing.T, want []linkState) {
 	t.Helper()
 	for _, l := range linkStates(t, e.pod) {
 		if l.Name != "lo" && l.Name != "eth7" {
-			harness.RenameIn(t, e.pod, l.Name, "eth7")
+			testutil.RenameIn(t, e.pod, l.Name, "eth7")
 		}
 	}
 	if got := linkStates(t, e.pod); !slices.Equal(got, want) {

@@ -25,7 +25,7 @@ func TestSixtyFourAttachmentsInParallel(t *testing.T) {
 	pods := make([]string, n)
 	for i := range n {
 		chains[i] = nd.chain("1.1.0", nd.vfs[i].Host, i, nil)
-		pod := harness.NewNetns(t)
+		pod := testutil.NewNetns(t)
 		rts[i], pods[i] = rt(fmt.Sprintf("par-%02d", i), pod), pod.Path()
 	}
 	run := func(verb string, f func(i int) error) time.Duration { return harness.Parallel(t, n, verb, f) }
@@ -48,7 +48,7 @@ func TestSixtyFourAttachmentsInParallel(t *testing.T) {
 		t.Errorf("records left after DEL: %v", left)
 	}
 	for i, vf := range nd.vfs {
-		if harness.HostLink(vf.Host) == nil {
+		if testutil.HostLink(vf.Host) == nil {
 			t.Errorf("stand-in %d (%s) not back on the host", i, vf.Host)
 		}
 	}
@@ -68,13 +68,13 @@ func TestRaceForOneVFThroughChains(t *testing.T) {
 	nd := newNode(t, 2, false)
 	// Stand-in 1 plays the second device the broken allocation hands out
 	// under VF 0's address; it has no altname of its own.
-	nd.vfs[1] = harness.NewStandIn(t, nextHostName(), testutil.VFAddr(1), false)
+	nd.vfs[1] = testutil.NewStandIn(t, nextHostName(), testutil.VFAddr(1), false)
 	wins, codes := map[int]int{}, map[uint]int{}
 	for round := range rounds {
 		chains := []*harness.Chain{nd.chain("1.1.0", nd.vfs[0].Host, 0, nil), nd.chain("1.1.0", nd.vfs[1].Host, 0, nil)}
 		rts := make([]*libcni.RuntimeConf, 2)
 		for i := range 2 {
-			rts[i] = rt(fmt.Sprintf("race-%d-%d", round, i), harness.NewNetns(t))
+			rts[i] = rt(fmt.Sprintf("race-%d-%d", round, i), testutil.NewNetns(t))
 		}
 		errs := make([]error, 2)
 		var wg sync.WaitGroup
@@ -111,7 +111,7 @@ func TestRaceForOneVFThroughChains(t *testing.T) {
 			t.Fatalf("round %d: winner's DEL: %v", round, err)
 		}
 		for i := range 2 {
-			if harness.HostLink(nd.vfs[i].Host) == nil {
+			if testutil.HostLink(nd.vfs[i].Host) == nil {
 				t.Fatalf("round %d: stand-in %d not back on the host", round, i)
 			}
 		}
@@ -133,7 +133,7 @@ func TestRaceForOneVFSymmetric(t *testing.T) {
 	var pods []ns.NetNS
 	var macs []string
 	for i := range 2 {
-		p := harness.NewNetns(t)
+		p := testutil.NewNetns(t)
 		// Both carry VF 0's altname, under a name our ADD must repair (as
 		// if udev renamed it after the plugin before us reported net1).
 		nd.vfs[i].AltName = nd.vfs[0].AltName
@@ -191,7 +191,7 @@ func TestRaceForOneVFSymmetric(t *testing.T) {
 		if delWinner.Exit != 0 {
 			t.Fatalf("round %d: winner's DEL: %s", round, delWinner)
 		}
-		harness.RenameIn(t, pods[winner], "net1", "eth7")
+		testutil.RenameIn(t, pods[winner], "net1", "eth7")
 		if left := nd.records(); len(left) != 0 {
 			t.Fatalf("round %d: records left: %v", round, left)
 		}
@@ -211,7 +211,7 @@ func TestLateDelLeavesNewOwnerAlone(t *testing.T) {
 	}
 	for _, tc := range []setup{
 		{"old netns destroyed", func(t *testing.T, nd *node, _ *harness.Chain, _ *libcni.RuntimeConf, pod ns.NetNS) {
-			harness.RemoveNetns(t, pod)
+			testutil.RemoveNetns(t, pod)
 			nd.respawn(0)
 		}},
 		{"old netns alive, VF already taken out", func(t *testing.T, nd *node, old *harness.Chain, r *libcni.RuntimeConf, _ ns.NetNS) {
@@ -223,7 +223,7 @@ func TestLateDelLeavesNewOwnerAlone(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nd := newNode(t, 1, false)
-			oldPod := harness.NewNetns(t)
+			oldPod := testutil.NewNetns(t)
 			old := nd.chain("1.1.0", nd.vfs[0].Host, 0, nil)
 			oldRT := rt("old", oldPod)
 			if _, err := old.Add(oldRT); err != nil {
@@ -234,7 +234,7 @@ func TestLateDelLeavesNewOwnerAlone(t *testing.T) {
 				t.Fatalf("setup: the old record should still be there")
 			}
 
-			newPod := harness.NewNetns(t)
+			newPod := testutil.NewNetns(t)
 			cur := nd.chain("1.1.0", nd.vfs[0].Host, 0, nil)
 			newRT := rt("new", newPod)
 			if _, err := cur.Add(newRT); err != nil {
@@ -277,7 +277,7 @@ func TestLateDelLeavesNewOwnerAlone(t *testing.T) {
 			if err := cur.Del(newRT); err != nil {
 				t.Fatalf("new owner's DEL: %v", err)
 			}
-			if harness.HostLink(nd.vfs[0].Host) == nil {
+			if testutil.HostLink(nd.vfs[0].Host) == nil {
 				t.Fatalf("stand-in not back on the host")
 			}
 			if left := nd.records(); len(left) != 0 {

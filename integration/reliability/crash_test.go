@@ -152,7 +152,7 @@ func TestCrashDuringAdd(t *testing.T) {
 	if err := os.WriteFile(inflight, []byte(`{"version":1,"net`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	gc := stdin("1.1.0", harness.Merge(nd.ours(-1, nil), map[string]any{"cni.dev/valid-attachments": []any{}}), nil)
+	gc := stdin("1.1.0", testutil.Merge(nd.ours(-1, nil), map[string]any{"cni.dev/valid-attachments": []any{}}), nil)
 	if out := nd.run(invocation{Command: "GC", Stdin: gc}); out.Exit != 0 {
 		t.Fatalf("GC: %v", out)
 	}
@@ -162,7 +162,7 @@ func TestCrashDuringAdd(t *testing.T) {
 	if left := nd.records(); len(left) != 0 {
 		t.Errorf("records left: %v", left)
 	}
-	if harness.HostLink(nd.vfs[0].Host) == nil {
+	if testutil.HostLink(nd.vfs[0].Host) == nil {
 		t.Errorf("stand-in is not on the host at the end")
 	}
 	t.Log(st.figures(runs, seed, len(temps)))
@@ -200,13 +200,13 @@ func (st *crashStats) figures(runs int, seed uint64, temps int) string {
 // host-device's result and a func removing the pod.
 func attach(t *testing.T, hd *harness.Chain, id string) (ns.NetNS, types.Result, func()) {
 	t.Helper()
-	pod := harness.NewNetns(t)
+	pod := testutil.NewNetns(t)
 	prev, err := hd.Add(rt(id, pod))
 	if err != nil {
 		t.Fatalf("%s: host-device ADD: %v", id, err)
 	}
-	harness.RenameIn(t, pod, "net1", "eth7")
-	return pod, prev, func() { harness.RemoveNetns(t, pod) }
+	testutil.RenameIn(t, pod, "net1", "eth7")
+	return pod, prev, func() { testutil.RemoveNetns(t, pod) }
 }
 
 // detach runs host-device's DEL and checks the stand-in went home.
@@ -215,10 +215,10 @@ func detach(t *testing.T, nd *node, hd *harness.Chain, id string, pod ns.NetNS) 
 	if err := hd.Del(rt(id, pod)); err != nil {
 		t.Fatalf("%s: host-device DEL after ours: %v", id, err)
 	}
-	if got := harness.LinksIn(t, pod); !slices.Equal(got, []string{"lo"}) {
+	if got := testutil.LinksIn(t, pod); !slices.Equal(got, []string{"lo"}) {
 		t.Fatalf("%s: pod still holds %v", id, got)
 	}
-	if harness.HostLink(nd.vfs[0].Host) == nil {
+	if testutil.HostLink(nd.vfs[0].Host) == nil {
 		t.Fatalf("%s: stand-in not back on the host", id)
 	}
 }

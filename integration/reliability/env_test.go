@@ -51,7 +51,7 @@ type node struct {
 	stateDir string
 	cacheDir string
 	logFile  string
-	vfs      []*harness.StandIn
+	vfs      []*testutil.StandIn
 }
 
 func newNode(t testing.TB, numVFs int, rdma bool) *node {
@@ -68,7 +68,7 @@ func newNode(t testing.TB, numVFs int, rdma bool) *node {
 			d.RDMA = &sysfstest.RDMA{Name: fmt.Sprintf("mlx5_%d", 10+i), NodeGUID: guid(i), FWVer: "28.43.1014"}
 		}
 		n.sys.AddVF(pf, i, testutil.VFAddr(i), d)
-		n.vfs = append(n.vfs, harness.NewStandIn(t, nextHostName(), testutil.VFAddr(i), true))
+		n.vfs = append(n.vfs, testutil.NewStandIn(t, nextHostName(), testutil.VFAddr(i), true))
 	}
 	return n
 }
@@ -77,10 +77,10 @@ func newNode(t testing.TB, numVFs int, rdma bool) *node {
 // dies with its namespace; a real VF would come back to the host). The new
 // pair has a fresh host name, the same PCI address and altname, and its peer
 // in the same wire netns.
-func (n *node) respawn(i int) *harness.StandIn {
+func (n *node) respawn(i int) *testutil.StandIn {
 	n.t.Helper()
 	old := n.vfs[i]
-	s := &harness.StandIn{Host: nextHostName(), PCI: old.PCI, AltName: old.AltName, Wire: old.Wire}
+	s := &testutil.StandIn{Host: nextHostName(), PCI: old.PCI, AltName: old.AltName, Wire: old.Wire}
 	s.Peer = "w" + s.Host
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: s.Host}, PeerName: s.Peer, PeerNamespace: netlink.NsFd(int(s.Wire.Fd()))}
 	if err := netlink.LinkAdd(veth); err != nil {
@@ -116,7 +116,7 @@ func (n *node) ours(vf int, extra map[string]any) map[string]any {
 	if vf >= 0 {
 		m["deviceID"], m["pciBusID"] = testutil.VFAddr(vf), testutil.VFAddr(vf)
 	}
-	return harness.Merge(m, extra)
+	return testutil.Merge(m, extra)
 }
 
 func hostDevice(host string) map[string]any {
@@ -279,7 +279,7 @@ func prevFor(pod ns.NetNS, ifName, mac string) *current.Result {
 // placeInPod moves a stand-in into pod as name, adds the altname there
 // when withAlt, and brings it up (what host-device does, done directly so
 // two pods can each hold a link that claims the same VF).
-func placeInPod(t testing.TB, s *harness.StandIn, pod ns.NetNS, name string, withAlt bool) netlink.Link {
+func placeInPod(t testing.TB, s *testutil.StandIn, pod ns.NetNS, name string, withAlt bool) netlink.Link {
 	t.Helper()
 	l, err := netlink.LinkByName(s.Host)
 	if err != nil {

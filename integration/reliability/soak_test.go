@@ -14,6 +14,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 )
 
 var soakVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
@@ -83,7 +84,7 @@ func TestSoak(t *testing.T) {
 		t.Errorf("libcni still caches %d results: %v", len(cached), cached)
 	}
 	for w, vf := range n.vfs {
-		if harness.HostLink(vf.Host) == nil {
+		if testutil.HostLink(vf.Host) == nil {
 			t.Errorf("VF %d's stand-in %s is not in the host netns at the end", w, vf.Host)
 		}
 	}
@@ -137,7 +138,7 @@ func (s *soakStats) cycle(n *node, w, i int) {
 	}()
 	s.do(func(s *soakStats) { s.cycles++ })
 
-	pod = harness.NewNetns(n.t)
+	pod = testutil.NewNetns(n.t)
 	var middle []map[string]any
 	if renameDuring {
 		middle = append(middle, udev("eth7"))
@@ -165,7 +166,7 @@ func (s *soakStats) cycle(n *node, w, i int) {
 	s.checkAdded(n, w, i, pod, res, renameDuring)
 
 	if renameAfter {
-		harness.RenameIn(n.t, pod, "net1", "eth9")
+		testutil.RenameIn(n.t, pod, "net1", "eth9")
 		s.do(func(s *soakStats) { s.renamedAfter++ })
 		if hasCheck(version) {
 			// host-device's own CHECK stops at the renamed link; run ours.
@@ -193,7 +194,7 @@ func (s *soakStats) cycle(n *node, w, i int) {
 	}
 
 	if netnsGone {
-		harness.RemoveNetns(n.t, pod)
+		testutil.RemoveNetns(n.t, pod)
 		podGone = true
 		s.do(func(s *soakStats) { s.netnsDeleted++ })
 		// host-device's DEL fails on a missing netns (a runtime retries it
@@ -218,11 +219,11 @@ func (s *soakStats) cycle(n *node, w, i int) {
 		// host (the lab's scenario). Give the worker a new one.
 		n.respawn(w)
 	} else {
-		if got := harness.LinksIn(n.t, pod); !slices.Equal(got, []string{"lo"}) {
+		if got := testutil.LinksIn(n.t, pod); !slices.Equal(got, []string{"lo"}) {
 			s.do(func(s *soakStats) { s.leftInPod++ })
 			n.t.Errorf("cycle %d: pod netns still holds %v after DEL", i, got)
 		}
-		if harness.HostLink(host) == nil {
+		if testutil.HostLink(host) == nil {
 			s.do(func(s *soakStats) { s.notHome++ })
 			n.t.Errorf("cycle %d: stand-in %s is not back on the host", i, host)
 		}
@@ -232,7 +233,7 @@ func (s *soakStats) cycle(n *node, w, i int) {
 		n.t.Errorf("cycle %d: record left after DEL", i)
 	}
 	if !podGone {
-		harness.RemoveNetns(n.t, pod)
+		testutil.RemoveNetns(n.t, pod)
 		podGone = true
 	}
 }
@@ -240,14 +241,14 @@ func (s *soakStats) cycle(n *node, w, i int) {
 // checkAdded verifies what ADD promised: net1 in the pod with the stable
 // altname, the result's net1 entry carrying the pod link's MAC, a record.
 func (s *soakStats) checkAdded(n *node, w, i int, pod ns.NetNS, res types.Result, renameDuring bool) {
-	link := harness.LinkIn(n.t, pod, "net1")
+	link := testutil.LinkIn(n.t, pod, "net1")
 	if link == nil {
-		n.t.Fatalf("after ADD the pod holds %v, no net1", harness.LinksIn(n.t, pod))
+		n.t.Fatalf("after ADD the pod holds %v, no net1", testutil.LinksIn(n.t, pod))
 	}
 	if !slices.Contains(link.Attrs().AltNames, n.vfs[w].AltName) {
-		n.t.Fatalf("after ADD net1 lacks the stable altname: %s", harness.Describe(link))
+		n.t.Fatalf("after ADD net1 lacks the stable altname: %s", testutil.Describe(link))
 	}
-	if renameDuring && harness.LinkIn(n.t, pod, "eth7") == nil {
+	if renameDuring && testutil.LinkIn(n.t, pod, "eth7") == nil {
 		s.do(func(s *soakStats) { s.repaired++ })
 	}
 	cur, err := current.NewResultFromResult(res)

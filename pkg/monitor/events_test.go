@@ -14,7 +14,6 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
-	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
@@ -39,7 +38,7 @@ type node struct {
 // (named net1, carrying its stable altname) and its record.
 type podVF struct {
 	pod   ns.NetNS
-	vf    *harness.StandIn
+	vf    *testutil.StandIn
 	rec   *state.Record
 	index int
 }
@@ -76,7 +75,7 @@ func newNode(t *testing.T, cfg Config, vfs int) *node {
 	n.pods = make([]*podVF, vfs)
 	var wg sync.WaitGroup
 	for i := range vfs {
-		wg.Go(func() { n.pods[i] = n.attach(i, harness.NewNetns(t)) })
+		wg.Go(func() { n.pods[i] = n.attach(i, testutil.NewNetns(t)) })
 	}
 	wg.Wait()
 	return n
@@ -88,7 +87,7 @@ func (n *node) attach(i int, pod ns.NetNS) *podVF {
 	t := n.t
 	p := &podVF{pod: pod, index: i}
 	err := pod.Do(func(ns.NetNS) error {
-		p.vf = harness.NewStandIn(t, "net1", testutil.VFAddr(i), true)
+		p.vf = testutil.NewStandIn(t, "net1", testutil.VFAddr(i), true)
 		l, err := netlink.LinkByName("net1")
 		if err != nil {
 			return err
@@ -204,7 +203,7 @@ func (p *podVF) in(t *testing.T, name string, fn func(l netlink.Link) error) {
 
 func (p *podVF) link(t *testing.T, name string) netlink.Link {
 	t.Helper()
-	return harness.LinkIn(t, p.pod, name)
+	return testutil.LinkIn(t, p.pod, name)
 }
 
 func rename(to string) func(l netlink.Link) error {
@@ -287,7 +286,7 @@ func TestEventsSeenWithoutASweep(t *testing.T) {
 // netlinkSockets counts this process's netlink sockets.
 func netlinkSockets(t *testing.T) int {
 	t.Helper()
-	c, err := harness.NetlinkSockets(os.Getpid())
+	c, err := testutil.NetlinkSockets(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +339,7 @@ func TestSubscriptionsFollowRecords(t *testing.T) {
 	// A sandbox torn down without DEL: the socket closes, the attachment
 	// turns stale, and the netns itself goes (nothing holds it).
 	gone := n.pods[1]
-	harness.RemoveNetns(t, gone.pod)
+	testutil.RemoveNetns(t, gone.pod)
 	want("the vanished netns's socket closed", 4)
 	n.waitFor("the attachment stale", 5*time.Second, func() bool {
 		v, _ := n.f.value(t, "sriov_stable_attachments", "network", "ib-a", "status", "stale")
@@ -348,7 +347,7 @@ func TestSubscriptionsFollowRecords(t *testing.T) {
 	})
 
 	// ADD records a new attachment: it is subscribed to and checked.
-	late := n.attach(7, harness.NewNetns(t))
+	late := n.attach(7, testutil.NewNetns(t))
 	want("a socket for the new record", 5)
 	late.in(t, "net1", rename("eth3"))
 	n.waitFor("the new attachment's rename seen", 5*time.Second, func() bool { return n.driftOf(drift.Renamed) == 1 })
@@ -410,7 +409,7 @@ func TestRecordsWatchedFromAnEmptyStateDir(t *testing.T) {
 	if _, err := os.Stat(recordsDir(n.f)); err == nil {
 		t.Fatal("the records directory exists before the first record")
 	}
-	p := n.attach(3, harness.NewNetns(t))
+	p := n.attach(3, testutil.NewNetns(t))
 	n.pods = append(n.pods, p)
 	n.waitFor("the first record checked", 5*time.Second, func() bool {
 		v, _ := n.f.value(t, "sriov_stable_attachments", "network", "ib-a", "status", "ok")

@@ -14,7 +14,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/vishvananda/netlink"
 
-	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
@@ -94,7 +93,7 @@ func TestHostCleanup(t *testing.T) {
 		sys.AddVF(testPF, i, testutil.VFAddr(i), sysfstest.Device{NetDev: name})
 	}
 	stable := func(i int) string { return "vf-" + config.PCIToName(testutil.VFAddr(i)) }
-	host := harness.NewNetns(t)
+	host := testutil.NewNetns(t)
 	err := host.Do(func(ns.NetNS) error {
 		for i, name := range names {
 			if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: fmt.Sprintf("peer%d", i)}); err != nil {
@@ -130,7 +129,7 @@ func TestHostCleanup(t *testing.T) {
 		f.mon.Sweep(t.Context())
 		jan.CleanBounded()
 	}
-	live := harness.NewNetns(t)
+	live := testutil.NewNetns(t)
 	gone := filepath.Join(t.TempDir(), "gone")
 	seenGo := []*state.Record{
 		{Network: "rail", ContainerID: "went1", IfName: "net1", Netns: gone, PCI: testutil.VFAddr(1), AltName: stable(1)},
@@ -206,7 +205,7 @@ func TestHostCleanup(t *testing.T) {
 // renamed its VF to eth9, then went without DEL, sends it home as eth9,
 // and host cleanup gives it its host name back.
 func TestHostCleanupNameSeenInThePod(t *testing.T) {
-	host := harness.NewNetns(t)
+	host := testutil.NewNetns(t)
 	var jan *janitor.Janitor
 	n := newNode(t, withJanitor(Config{}, host, &jan), 1)
 	jan = newJanitor(t, n.f, host, n.sys.Root, janitor.Config{})

@@ -13,7 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/status"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/vfnet"
@@ -66,7 +66,7 @@ func TestRepairNameAndAltName(t *testing.T) {
 		t.Errorf("%v name repairs, want 1:\n%s", c, n.f.logs)
 	}
 	if l := renamed.link(t, "net1"); l.Attrs().Flags&1 == 0 {
-		t.Errorf("the VF is down after its rename back: %s", harness.Describe(l))
+		t.Errorf("the VF is down after its rename back: %s", testutil.Describe(l))
 	}
 	stripped.in(t, "net1", func(l netlink.Link) error { return netlink.LinkDelAltName(l, stripped.rec.AltName) })
 	n.waitFor("the altname back", 5*time.Second, func() bool {
@@ -119,7 +119,7 @@ func TestRepairRefusedWhenAnotherRecordOwnsTheVF(t *testing.T) {
 	old.in(t, "eth9", func(l netlink.Link) error { return netlink.LinkSetMTU(l, 1400) }) // another check
 	n.waitFor("the MTU drift", 5*time.Second, func() bool { return n.driftOf(drift.MTU) >= 1 })
 	if l := old.link(t, "eth9"); l == nil {
-		t.Fatalf("the VF was renamed although attachment new-owner claims it; pod holds %v", harness.LinksIn(t, old.pod))
+		t.Fatalf("the VF was renamed although attachment new-owner claims it; pod holds %v", testutil.LinksIn(t, old.pod))
 	}
 	if n.repairs(RepairName) != 0 {
 		t.Errorf("%v name repairs counted, want 0", n.repairs(RepairName))
@@ -152,14 +152,14 @@ func TestRepairRefusedWhenTheNetnsNoLongerHoldsTheVF(t *testing.T) {
 	}
 
 	// The VF moved to another pod.
-	next := harness.NewNetns(t)
+	next := testutil.NewNetns(t)
 	p.in(t, "eth9", func(l netlink.Link) error { return netlink.LinkSetNsFd(l, int(next.Fd())) })
 	results, _ = n.f.mon.repairPod(p.rec, exp, seen, []string{RepairAltName, RepairName})
 	if len(results) != 2 || results[0].refused != status.RefusedNotOwner || !strings.Contains(results[0].detail, "no longer in netns") {
 		t.Errorf("repair of a VF gone from its netns = %+v; want both refused not-owner", results)
 	}
-	if l := harness.LinkIn(t, next, "eth9"); l == nil || slices.Contains(l.Attrs().AltNames, "net1") {
-		t.Errorf("the VF in the other pod was touched: %s (links %v)", harness.Describe(l), harness.LinksIn(t, next))
+	if l := testutil.LinkIn(t, next, "eth9"); l == nil || slices.Contains(l.Attrs().AltNames, "net1") {
+		t.Errorf("the VF in the other pod was touched: %s (links %v)", testutil.Describe(l), testutil.LinksIn(t, next))
 	}
 }
 
@@ -211,7 +211,7 @@ func TestRepairRefusedWhenTheNameIsTaken(t *testing.T) {
 	n.start()
 	n.waitFor("the refusal", 5*time.Second, func() bool { return n.refused(RepairName, status.RefusedNameTaken) >= 1 })
 	if p.link(t, "eth9") == nil {
-		t.Errorf("the VF was renamed although net1 is taken: %v", harness.LinksIn(t, p.pod))
+		t.Errorf("the VF was renamed although net1 is taken: %v", testutil.LinksIn(t, p.pod))
 	}
 }
 
@@ -263,7 +263,7 @@ func TestRepairSkipsTheHostNetns(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			requireRoot(t)
-			host := harness.NewNetns(t)
+			host := testutil.NewNetns(t)
 			cfg := Config{Repairs: Repairs{AltName: true, Name: true}}
 			if tc.hostNetns {
 				cfg.HostNetns = host.Path()
@@ -288,7 +288,7 @@ func TestRepairSkipsTheHostNetns(t *testing.T) {
 			n.waitFor("the altname refused", 5*time.Second, func() bool { return n.refused(RepairAltName, status.RefusedHostNetns) >= 1 })
 			l := p.link(t, "eth9")
 			if l == nil || slices.Contains(l.Attrs().AltNames, p.rec.AltName) {
-				t.Errorf("a VF in the host netns was repaired: links %v", harness.LinksIn(t, host))
+				t.Errorf("a VF in the host netns was repaired: links %v", testutil.LinksIn(t, host))
 			}
 			if c := n.repairs(RepairName) + n.repairs(RepairAltName); c != 0 {
 				t.Errorf("%v repairs counted in the host netns", c)

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 )
 
 // TestMain allows the plugin, which runs in-process here, the fixture
@@ -12,6 +12,6 @@ import (
 // outside its default roots, as a node administrator would allow them
 // with config.AllowedRootsEnv.
 func TestMain(m *testing.M) {
-	harness.AllowRoots(harness.FixtureRoots()...)
+	testutil.AllowRoots(testutil.FixtureRoots()...)
 	os.Exit(m.Run())
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 
-	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/plugin"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
@@ -36,7 +35,7 @@ type fixture struct {
 	vf       sysfstest.DGXVF // the VF under test: PF 0's VF 3, 0000:18:00.5
 	host     ns.NetNS
 	pod      ns.NetNS
-	standIn  *harness.StandIn
+	standIn  *testutil.StandIn
 	stateDir string
 	logFile  string
 	store    *state.Store
@@ -79,14 +78,14 @@ func newFixture(t *testing.T, node *dgx) *fixture {
 	f := &fixture{
 		sys:      node,
 		vf:       node.PFs[0].VFs[3],
-		host:     harness.NewNetns(t),
-		pod:      harness.NewNetns(t),
+		host:     testutil.NewNetns(t),
+		pod:      testutil.NewNetns(t),
 		stateDir: filepath.Join(dir, "state"),
 		logFile:  filepath.Join(dir, "plugin.log"),
 	}
 	node.forCase(t, f.vf)
 	f.store = state.NewStore(f.stateDir)
-	f.inHost(t, func() { f.standIn = harness.NewStandIn(t, f.vf.NetDev, f.vf.PCI, true) })
+	f.inHost(t, func() { f.standIn = testutil.NewStandIn(t, f.vf.NetDev, f.vf.PCI, true) })
 	t.Cleanup(func() {
 		if t.Failed() {
 			b, _ := os.ReadFile(f.logFile)
@@ -237,7 +236,7 @@ func link(t *testing.T, n ns.NetNS, name string) *linkState {
 // conf is the plugin's configuration as Multus writes it (deviceID),
 // with extra merged in (a nil value deletes a key).
 func (f *fixture) conf(extra map[string]any) map[string]any {
-	return harness.Merge(map[string]any{
+	return testutil.Merge(map[string]any{
 		"cniVersion": "1.0.0", "name": network, "type": plugin.Name,
 		"deviceID": f.vf.PCI, "sysfsRoot": f.sys.Root, "stateDir": f.stateDir,
 		"logFile": f.logFile, "logLevel": "debug", "linkLayer": "infiniband", "portWaitMs": 200,
@@ -419,8 +418,8 @@ func (f *fixture) setPort(p sysfstest.Port) {
 // device back to the host's view when the case ends.
 func (f *fixture) attachOther(t *testing.T, vf sysfstest.DGXVF, containerID string) (sysfstest.DGXVF, ns.NetNS) {
 	t.Helper()
-	pod := harness.NewNetns(t)
-	f.inHost(t, func() { harness.NewStandIn(t, vf.NetDev, vf.PCI, true) })
+	pod := testutil.NewNetns(t)
+	f.inHost(t, func() { testutil.NewStandIn(t, vf.NetDev, vf.PCI, true) })
 	moveBetween(t, f.host, pod, vf.NetDev, "net1")
 	f.sys.RemoveNetDev(vf.PCI, vf.NetDev)
 	t.Cleanup(func() {

@@ -20,7 +20,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/vishvananda/netlink"
 
-	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/plugin"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
@@ -191,7 +191,7 @@ func TestAdd(t *testing.T) {
 				other, pod := f.attachOther(t, f.sys.PFs[1].VFs[0], "ctr-other")
 				f.sys.HideRDMA(other.PCI, other.RDMA)
 				f.setNodeGUID(other.NodeGUID)
-				harness.RemoveNetns(t, pod) // that pod is gone, its record not yet
+				testutil.RemoveNetns(t, pod) // that pod is gone, its record not yet
 			}},
 		{name: "duplicate GUID under guidPolicy=warn", podName: "net1", extra: map[string]any{"guidPolicy": "warn"},
 			setup: func(t *testing.T, f *fixture) { f.setNodeGUID(f.sys.PFs[1].VFs[0].NodeGUID) },
@@ -286,7 +286,7 @@ func TestAdd(t *testing.T) {
 			code: types.ErrInvalidNetworkConfig, msg: func(*fixture) []string { return []string{"must be chained", "no prevResult", network} }},
 		{name: "VF held by a live attachment", podName: "",
 			setup: func(t *testing.T, f *fixture) {
-				old := harness.NewNetns(t)
+				old := testutil.NewNetns(t)
 				f.moveIn(t, old, "net1")
 				if _, err := f.add(t, args("ctr-old", old, "net1", stdin(t, f.conf(nil), hostDeviceResult(old, "net1")))); err != nil {
 					t.Fatalf("ADD of the live attachment: %v", err)
@@ -317,7 +317,7 @@ func TestAdd(t *testing.T) {
 				prev = hostDeviceResult(f.pod, "net1")
 			}
 			if tc.cniVersion != "" {
-				extra = harness.Merge(map[string]any{"cniVersion": tc.cniVersion}, extra)
+				extra = testutil.Merge(map[string]any{"cniVersion": tc.cniVersion}, extra)
 				var err error
 				if prev, err = prev.GetAsVersion(tc.cniVersion); err != nil {
 					t.Fatal(err)
@@ -434,7 +434,7 @@ func TestCheck(t *testing.T) {
 			}
 		}, code: plugin.ErrDrift, reasons: []string{"record-missing"},
 			msg: func(f *fixture) []string { return []string{"no ADD record for " + network + "/ctr/net1"} }},
-		{name: "pod netns gone", drift: func(t *testing.T, f *fixture) { harness.RemoveNetns(t, f.pod) },
+		{name: "pod netns gone", drift: func(t *testing.T, f *fixture) { testutil.RemoveNetns(t, f.pod) },
 			code: types.ErrInvalidEnvironmentVariables,
 			msg:  func(f *fixture) []string { return []string{f.vf.PCI, f.pod.Path(), "does not exist"} }},
 		{name: "no prevResult", noPrev: true, code: types.ErrInvalidNetworkConfig,
@@ -524,7 +524,7 @@ func TestDel(t *testing.T) {
 			return a
 		}, want: asAdded},
 		{name: "pod netns gone", before: func(t *testing.T, f *fixture, a *skel.CmdArgs) *skel.CmdArgs {
-			harness.RemoveNetns(t, f.pod)
+			testutil.RemoveNetns(t, f.pod)
 			return a
 		}},
 		{name: "no record and no prevResult: deviceID is enough", before: func(t *testing.T, f *fixture, a *skel.CmdArgs) *skel.CmdArgs {
@@ -655,14 +655,14 @@ func remove(s []string, v string) []string {
 // on); with netnsGone the old pod's netns is destroyed too.
 func (f *fixture) loseAttachment(t *testing.T, netnsGone bool) {
 	t.Helper()
-	old := harness.NewNetns(t)
+	old := testutil.NewNetns(t)
 	f.moveIn(t, old, "net1")
 	if _, err := f.add(t, args("ctr-old", old, "net1", stdin(t, f.conf(nil), hostDeviceResult(old, "net1")))); err != nil {
 		t.Fatalf("ADD of the old attachment: %v", err)
 	}
 	moveBetween(t, old, f.pod, "net1", "net1")
 	if netnsGone {
-		harness.RemoveNetns(t, old)
+		testutil.RemoveNetns(t, old)
 	}
 	if f.record(t, key("ctr-old", "net1")) == nil {
 		t.Fatal("setup: the old attachment has no record")

@@ -11,7 +11,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
-	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/vfnet"
 )
 
@@ -37,7 +37,7 @@ func nextUpdate(t *testing.T, ch <-chan netlink.LinkUpdate, what string, match f
 
 func sockets(t *testing.T) int {
 	t.Helper()
-	n, err := harness.NetlinkSockets(os.Getpid())
+	n, err := testutil.NetlinkSockets(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
