@@ -19,6 +19,8 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/version"
 	"golang.org/x/sys/unix"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 )
 
 // testVersions is what the test binary reports when run as a plugin.
@@ -361,9 +363,7 @@ func TestTargetIsDirectory(t *testing.T) {
 // writable, so it can check afterwards that nothing was written.
 func runReadOnly(t *testing.T, dir string) (code int, stderr string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (CAP_SYS_ADMIN) to bind-mount a directory read-only in a private mount namespace; CI runs as root")
-	}
+	testutil.RequireRoot(t, "bind-mounts a directory read-only in a private mount namespace (CAP_SYS_ADMIN)")
 	var errb bytes.Buffer
 	cmd := exec.Command(self(t))
 	cmd.Env = append(os.Environ(), helperMode+"=readonly", "SRIOV_INSTALL_TEST_DIR="+dir)

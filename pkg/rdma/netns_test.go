@@ -146,9 +146,7 @@ func TestInOnLockedThread(t *testing.T) {
 // device is in no view: the host's sysfs, then a sysfs instance of the
 // pod's netns (no ib_core here, so no RDMA netlink).
 func BenchmarkFindInNetns(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root")
-	}
+	testutil.RequireRoot(b, "makes a network namespace")
 	tree, pf, vf0, _ := node(b)
 	tree.HideRDMA(vf0, "mlx5_10")
 	pod := newNetns(b)

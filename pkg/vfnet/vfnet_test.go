@@ -13,6 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/vfnet"
 )
 
@@ -20,9 +21,7 @@ import (
 // until the test ends, and returns a path to it.
 func newNetns(t *testing.T) (ns.NetNS, string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("needs root to make a network namespace (make test runs as root)")
-	}
+	testutil.RequireRoot(t, "makes a network namespace")
 	target, err := ns.TempNetNS()
 	if err != nil {
 		t.Fatalf("make a netns: %v", err)
