@@ -10,6 +10,7 @@ import (
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile/safefiletest"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
 
@@ -126,7 +127,7 @@ func TestDoctorCommandHostileFiles(t *testing.T) {
 	}
 	var sysfsFindings []string
 	for _, f := range rep.Findings {
-		if f.Check == doctor.CheckSysfs {
+		if f.Check == finding.CheckSysfs {
 			sysfsFindings = append(sysfsFindings, f.Subject+": "+f.Message)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/hostconfig"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
@@ -127,7 +128,7 @@ func TestHostconfigCheck(t *testing.T) {
 
 	tree.WriteFile(filepath.Join(tree.RDMAPath("0000:18:00.3", "mlx5_2"), "node_guid"), "0000:0000:0000:0000")
 	code, out, errOut = runHostconfigCmd("--spec", spec, "--check", "--sysfs-root", tree.Root)
-	if code != 1 || !strings.Contains(out, "error   VF 0000:18:00.3: node GUID is 00:00:00:00:00:00:00:00 (unset), want ba:3f:d2:00:01:5a:1b:20") ||
+	if code != 1 || !strings.Contains(out, "error   0000:18:00.3: node GUID is 00:00:00:00:00:00:00:00 (unset), want ba:3f:d2:00:01:5a:1b:20") ||
 		!strings.Contains(out, "1 error(s), 0 warning(s)") {
 		t.Errorf("zero GUID: exit %d:\n%s%s", code, out, errOut)
 	}
@@ -137,7 +138,7 @@ func TestHostconfigCheck(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &findings); err != nil {
 		t.Fatalf("--json output is not a list of findings: %v\n%s%s", err, out, errOut)
 	}
-	if code != 1 || len(findings) != 1 || findings[0].Check != hostconfig.CheckGUIDInvalid || findings[0].Subject != "VF 0000:18:00.3" ||
+	if code != 1 || len(findings) != 1 || findings[0].Check != finding.CheckGUIDInvalid || findings[0].Subject != "0000:18:00.3" ||
 		findings[0].Severity != hostconfig.SeverityError || findings[0].Remedy == "" {
 		t.Errorf("--json: exit %d, findings %+v", code, findings)
 	}

@@ -21,8 +21,8 @@ import (
 // Severity and Finding are the agent's one finding model (package
 // finding), which hostconfig's merged findings share. Errors break
 // attachments (the doctor exits non-zero); warnings are risks or degraded
-// setups; info says what could not be checked. A finding's subject is a
-// PCI address, a kernel module, or "node".
+// setups; info says what could not be checked. The checks are finding's
+// registry; steps (checks.go) says which the doctor runs and how.
 type (
 	Severity = finding.Severity
 	Finding  = finding.Finding
@@ -37,33 +37,6 @@ const (
 
 // Severities lists every severity, most severe first.
 var Severities = finding.Severities
-
-// Check names, one per lesson learned; they are stable: the agent exports
-// them as metric labels. Those hostconfig --check reports too are package
-// finding's.
-const (
-	CheckDevices              = "devices"                // what was found, or that nothing was
-	CheckSysfs                = "sysfs"                  // a sysfs entry that could not be read or parsed
-	CheckDriverLoaded         = "driver-loaded"          // mlx5_core (and mlx5_ib) loaded
-	CheckDriverBound          = finding.CheckDriverBound // every Mellanox PF bound to mlx5_core
-	CheckDriverKernelMismatch = "driver-kernel-mismatch" // "Unknown symbol", "version magic" in the kernel log
-	CheckDriverProbe          = "driver-probe"           // probe failures in the kernel log
-	CheckKernelLog            = "kernel-log"             // the kernel log could not be read
-	CheckRDMADevice           = "rdma-device"            // a bound PF without an RDMA device
-	CheckFirmwareVersion      = "firmware-version"       // fw_ver against the minimum per device ID
-	CheckLinkLayer            = finding.CheckLinkLayer   // InfiniBand expected, Ethernet found (or the reverse)
-	CheckPortState            = "port-state"             // port not ACTIVE / LinkUp
-	CheckGUIDInvalid          = finding.CheckGUIDInvalid
-	CheckGUIDDuplicate        = finding.CheckGUIDDuplicate
-	CheckSRIOVNumVFs          = finding.CheckSRIOVNumVFs
-	CheckVFName               = finding.CheckVFName
-	CheckVFAltName            = finding.CheckVFAltName
-	// CheckVFLeftover (leftover.go, with Options.StateDir): a free VF with
-	// a name or altnames a pod or the kernel left on it.
-	// With Options.Spec, hostconfig's checks join these under their own
-	// names (hostconfig.CheckPFPresent, CheckVFAddress, CheckGUIDMismatch, …).
-	CheckSpec = hostconfig.CheckSpec // the spec does not resolve on this node
-)
 
 // Options says where to look and what to expect. The zero value checks
 // /sys with no expectations beyond the built-in ones.
@@ -91,7 +64,7 @@ type Options struct {
 	Spec *hostconfig.Spec
 	// StateDir, when set, is the plugin's state directory: VFs of this
 	// netns that no attachment record claims are checked for names and
-	// altnames a pod left on them (CheckVFLeftover).
+	// altnames a pod left on them (vf-leftover).
 	StateDir string
 	// LinkDir is where hostconfig's .link files are installed; with
 	// StateDir, the host names they give VFs are the ones to give back.
@@ -104,7 +77,7 @@ type Report struct {
 	PFs       int    `json:"pfs"` // Mellanox physical functions found
 	VFs       int    `json:"vfs"` // Mellanox virtual functions found
 	// RDMAInPods counts the attached VFs (of any vendor) whose RDMA device
-	// lives in their pod's netns (CheckRDMANetns); with Options.StateDir.
+	// lives in their pod's netns (rdma-netns); with Options.StateDir.
 	RDMAInPods int       `json:"rdmaInPods"`
 	Findings   []Finding `json:"findings"`
 }
@@ -131,6 +104,7 @@ type run struct {
 	// netdevsElsewhere: sysfs lists VF netdevs this netns does not have
 	// (sysfs was mounted in another netns), so altnames cannot be judged.
 	netdevsElsewhere bool
+	inPods           int // attached VFs with their RDMA device in their pod's netns
 	findings         []Finding
 }
 
@@ -161,39 +135,36 @@ func Run(opts Options) (*Report, error) {
 		return nil, err
 	}
 	r.inv = inv
-	for _, e := range inv.readErrors {
-		r.add(SeverityError, CheckSysfs, e.subject, "check the device with lspci -vvv -s "+e.subject+" and the kernel log; a half-probed device often needs a driver rebind or a reboot",
-			"%v", e.err)
-	}
-	if len(inv.pfs) == 0 && len(inv.vfs) == 0 {
-		r.add(SeverityInfo, CheckDevices, "node", "",
-			"no Mellanox (vendor 0x15b3) PCI devices under %s/bus/pci/devices: nothing to check", opts.SysfsRoot)
-	} else {
-		r.listLinks()
-		r.checkDriver()
-		r.checkKernelLog()
-		r.checkFirmware()
-		r.checkPorts()
-		r.checkGUIDs()
-		r.checkNumVFs()
-		r.checkNames()
-	}
-	if opts.Spec != nil {
-		if r.links == nil && r.linkErr == nil {
-			// The spec names netdevs even on a node without Mellanox devices.
+	have := opts.inputs()
+	for _, s := range steps {
+		needs := s.needs()
+		if !have.Has(needs) || s.mellanox && len(inv.pfs)+len(inv.vfs) == 0 {
+			continue
+		}
+		if needs.Has(finding.NeedLinks) && r.links == nil && r.linkErr == nil {
 			r.listLinks()
 		}
-		r.checkSpec()
-	}
-	inPods := 0
-	if opts.StateDir != "" {
-		if r.links == nil && r.linkErr == nil {
-			r.listLinks() // free VFs of any vendor
-		}
-		inPods = r.checkLeftovers()
+		s.run(r)
 	}
 	sortFindings(r.findings)
-	return &Report{SysfsRoot: opts.SysfsRoot, PFs: len(inv.pfs), VFs: len(inv.vfs), RDMAInPods: inPods, Findings: r.findings}, nil
+	return &Report{SysfsRoot: opts.SysfsRoot, PFs: len(inv.pfs), VFs: len(inv.vfs), RDMAInPods: r.inPods, Findings: r.findings}, nil
+}
+
+// inputs says what the options give the checks to read: sysfs and the
+// host's links always, the kernel log, the spec and the state directory
+// when set.
+func (opts Options) inputs() finding.Needs {
+	n := finding.NeedSysfs | finding.NeedLinks
+	if opts.KernelLog != "" {
+		n |= finding.NeedKernelLog
+	}
+	if opts.Spec != nil {
+		n |= finding.NeedSpec
+	}
+	if opts.StateDir != "" {
+		n |= finding.NeedStateDir
+	}
+	return n
 }
 
 func validateOptions(opts Options) error {

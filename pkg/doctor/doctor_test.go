@@ -18,6 +18,7 @@ import (
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile/safefiletest"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
 
@@ -29,9 +30,15 @@ type key struct {
 	Subject  string
 }
 
-func keys(r *Report) []key {
+// keys also fails the test for a finding of a check no row of steps
+// reports.
+func keys(t *testing.T, r *Report) []key {
+	t.Helper()
 	out := make([]key, 0, len(r.Findings))
 	for _, f := range r.Findings {
+		if !slices.Contains(reported(), f.Check) {
+			t.Errorf("finding of check %q, which no step reports: %s", f.Check, f)
+		}
 		out = append(out, key{f.Severity, f.Check, f.Subject})
 	}
 	return out
@@ -156,7 +163,7 @@ func TestHealthyDGXH200HasNoFindings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]key{}, keys(rep)); diff != "" {
+	if diff := cmp.Diff([]key{}, keys(t, rep)); diff != "" {
 		t.Errorf("healthy node has findings (-want +got):\n%s\n%s", diff, text(t, rep))
 	}
 	if rep.PFs != 8 || rep.VFs != 64 {
@@ -279,30 +286,30 @@ func TestBrokenDGXH200FindsEveryFault(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []key{
-		{SeverityError, CheckDriverBound, "0000:dc:00.0"},
-		{SeverityError, CheckDriverKernelMismatch, "mlx5_core"},
-		{SeverityError, CheckDriverProbe, "0000:dc:00.0"},
-		{SeverityError, CheckFirmwareVersion, "0000:40:00.0"},
-		{SeverityError, CheckFirmwareVersion, "0000:40:00.1"},
-		{SeverityError, CheckFirmwareVersion, "0000:aa:00.0"},
-		{SeverityError, CheckGUIDDuplicate, "0000:40:00.4"}, // node GUID
-		{SeverityError, CheckGUIDDuplicate, "0000:40:00.4"}, // port GUID
-		{SeverityError, CheckGUIDDuplicate, "0000:c0:01.2"},
-		{SeverityError, CheckGUIDDuplicate, "0000:c0:01.2"},
-		{SeverityError, CheckGUIDInvalid, "0000:18:00.2"}, // node GUID
-		{SeverityError, CheckGUIDInvalid, "0000:18:00.2"}, // port GUID
-		{SeverityError, CheckGUIDInvalid, "0000:18:00.3"},
-		{SeverityError, CheckLinkLayer, "0000:9a:00.0"},
-		{SeverityError, CheckPortState, "0000:18:00.5"},
-		{SeverityError, CheckPortState, "0000:c0:00.0"},
-		{SeverityError, CheckSRIOVNumVFs, "0000:c0:00.1"},
-		{SeverityError, CheckSRIOVNumVFs, "0000:dc:00.0"},
-		{SeverityError, CheckVFAltName, "0000:9a:00.3"},
-		{SeverityWarning, CheckVFAltName, "0000:9a:00.2"},
-		{SeverityWarning, CheckVFName, "0000:40:00.2"},
-		{SeverityWarning, CheckVFName, "0000:40:00.3"},
+		{SeverityError, finding.CheckDriverBound, "0000:dc:00.0"},
+		{SeverityError, finding.CheckDriverKernelMismatch, "mlx5_core"},
+		{SeverityError, finding.CheckDriverProbe, "0000:dc:00.0"},
+		{SeverityError, finding.CheckFirmwareVersion, "0000:40:00.0"},
+		{SeverityError, finding.CheckFirmwareVersion, "0000:40:00.1"},
+		{SeverityError, finding.CheckFirmwareVersion, "0000:aa:00.0"},
+		{SeverityError, finding.CheckGUIDDuplicate, "0000:40:00.4"}, // node GUID
+		{SeverityError, finding.CheckGUIDDuplicate, "0000:40:00.4"}, // port GUID
+		{SeverityError, finding.CheckGUIDDuplicate, "0000:c0:01.2"},
+		{SeverityError, finding.CheckGUIDDuplicate, "0000:c0:01.2"},
+		{SeverityError, finding.CheckGUIDInvalid, "0000:18:00.2"}, // node GUID
+		{SeverityError, finding.CheckGUIDInvalid, "0000:18:00.2"}, // port GUID
+		{SeverityError, finding.CheckGUIDInvalid, "0000:18:00.3"},
+		{SeverityError, finding.CheckLinkLayer, "0000:9a:00.0"},
+		{SeverityError, finding.CheckPortState, "0000:18:00.5"},
+		{SeverityError, finding.CheckPortState, "0000:c0:00.0"},
+		{SeverityError, finding.CheckSRIOVNumVFs, "0000:c0:00.1"},
+		{SeverityError, finding.CheckSRIOVNumVFs, "0000:dc:00.0"},
+		{SeverityError, finding.CheckVFAltName, "0000:9a:00.3"},
+		{SeverityWarning, finding.CheckVFAltName, "0000:9a:00.2"},
+		{SeverityWarning, finding.CheckVFName, "0000:40:00.2"},
+		{SeverityWarning, finding.CheckVFName, "0000:40:00.3"},
 	}
-	if diff := cmp.Diff(want, keys(rep)); diff != "" {
+	if diff := cmp.Diff(want, keys(t, rep)); diff != "" {
 		t.Errorf("findings (-want +got):\n%s\n%s", diff, text(t, rep))
 	}
 	for _, f := range rep.Findings {
@@ -312,7 +319,7 @@ func TestBrokenDGXH200FindsEveryFault(t *testing.T) {
 		// A PF's port finding covers each of its VFs (the device taints
 		// read that); every other finding covers nothing.
 		var want []string
-		if f.Check == CheckPortState || f.Check == CheckLinkLayer {
+		if f.Check == finding.CheckPortState || f.Check == finding.CheckLinkLayer {
 			for _, pf := range n.PFs {
 				if pf.PCI == f.Subject {
 					for _, vf := range pf.VFs {
@@ -351,17 +358,17 @@ func TestDriverNotLoaded(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []key{
-		{SeverityError, CheckDriverBound, "0000:18:00.0"},
-		{SeverityError, CheckDriverBound, "0000:18:00.1"},
-		{SeverityError, CheckDriverKernelMismatch, "mlx5_core"},
-		{SeverityError, CheckDriverLoaded, "mlx5_core"},
-		{SeverityWarning, CheckSRIOVNumVFs, "0000:18:00.0"},
-		{SeverityWarning, CheckSRIOVNumVFs, "0000:18:00.1"},
+		{SeverityError, finding.CheckDriverBound, "0000:18:00.0"},
+		{SeverityError, finding.CheckDriverBound, "0000:18:00.1"},
+		{SeverityError, finding.CheckDriverKernelMismatch, "mlx5_core"},
+		{SeverityError, finding.CheckDriverLoaded, "mlx5_core"},
+		{SeverityWarning, finding.CheckSRIOVNumVFs, "0000:18:00.0"},
+		{SeverityWarning, finding.CheckSRIOVNumVFs, "0000:18:00.1"},
 	}
-	if diff := cmp.Diff(want, keys(rep)); diff != "" {
+	if diff := cmp.Diff(want, keys(t, rep)); diff != "" {
 		t.Errorf("findings (-want +got):\n%s\n%s", diff, text(t, rep))
 	}
-	if m := findMessage(rep, CheckDriverKernelMismatch); !strings.Contains(m, "2 kernel log line(s)") {
+	if m := findMessage(rep, finding.CheckDriverKernelMismatch); !strings.Contains(m, "2 kernel log line(s)") {
 		t.Errorf("mismatch message does not count both lines: %s", m)
 	}
 }
@@ -380,10 +387,10 @@ func TestKernelLogFaultsThatRecovered(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []key{
-		{SeverityWarning, CheckDriverKernelMismatch, "mlx5_core"},
-		{SeverityWarning, CheckDriverProbe, "0000:18:00.0"},
+		{SeverityWarning, finding.CheckDriverKernelMismatch, "mlx5_core"},
+		{SeverityWarning, finding.CheckDriverProbe, "0000:18:00.0"},
 	}
-	if diff := cmp.Diff(want, keys(rep)); diff != "" {
+	if diff := cmp.Diff(want, keys(t, rep)); diff != "" {
 		t.Errorf("findings (-want +got):\n%s\n%s", diff, text(t, rep))
 	}
 }
@@ -401,15 +408,15 @@ func TestMissingRDMAAndLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []key{
-		{SeverityError, CheckSRIOVNumVFs, "0000:18:00.0"},
-		{SeverityError, CheckSRIOVNumVFs, "0000:3b:00.0"}, // allows 0
-		{SeverityWarning, CheckDriverLoaded, "mlx5_ib"},
-		{SeverityInfo, CheckFirmwareVersion, "0x101d"},
+		{SeverityError, finding.CheckSRIOVNumVFs, "0000:18:00.0"},
+		{SeverityError, finding.CheckSRIOVNumVFs, "0000:3b:00.0"}, // allows 0
+		{SeverityWarning, finding.CheckDriverLoaded, "mlx5_ib"},
+		{SeverityInfo, finding.CheckFirmwareVersion, "0x101d"},
 	}
-	if diff := cmp.Diff(want, keys(rep)); diff != "" {
+	if diff := cmp.Diff(want, keys(t, rep)); diff != "" {
 		t.Errorf("findings (-want +got):\n%s\n%s", diff, text(t, rep))
 	}
-	if m := findMessage(rep, CheckSRIOVNumVFs); !strings.Contains(m, "allows 4 VFs") {
+	if m := findMessage(rep, finding.CheckSRIOVNumVFs); !strings.Contains(m, "allows 4 VFs") {
 		t.Errorf("limit finding does not name the firmware limit: %s", m)
 	}
 }
@@ -422,8 +429,8 @@ func TestAltNamesOutsideTheirNetns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []key{{SeverityInfo, CheckVFAltName, "node"}}
-	if diff := cmp.Diff(want, keys(rep)); diff != "" {
+	want := []key{{SeverityInfo, finding.CheckVFAltName, "node"}}
+	if diff := cmp.Diff(want, keys(t, rep)); diff != "" {
 		t.Errorf("findings (-want +got):\n%s\n%s", diff, text(t, rep))
 	}
 }
@@ -436,12 +443,12 @@ func TestNamePattern(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := []key{}
-	for _, k := range keys(rep) {
-		if k.Check == CheckVFName {
+	for _, k := range keys(t, rep) {
+		if k.Check == finding.CheckVFName {
 			got = append(got, k)
 		}
 	}
-	if diff := cmp.Diff([]key{{SeverityWarning, CheckVFName, "0000:18:00.2"}}, got); diff != "" {
+	if diff := cmp.Diff([]key{{SeverityWarning, finding.CheckVFName, "0000:18:00.2"}}, got); diff != "" {
 		t.Errorf("vf-name findings (-want +got):\n%s", diff)
 	}
 }
@@ -467,8 +474,8 @@ func TestRealSys(t *testing.T) {
 	if rep.PFs+rep.VFs != mellanox {
 		t.Errorf("the doctor counts %d PFs and %d VFs, /sys has %d Mellanox functions\n%s", rep.PFs, rep.VFs, mellanox, text(t, rep))
 	}
-	for _, k := range keys(rep) {
-		if k.Check == CheckSysfs {
+	for _, k := range keys(t, rep) {
+		if k.Check == finding.CheckSysfs {
 			t.Errorf("a sysfs read failed on this machine: %+v\n%s", k, text(t, rep))
 		}
 	}
@@ -476,7 +483,7 @@ func TestRealSys(t *testing.T) {
 		t.Logf("this machine has Mellanox devices:\n%s", text(t, rep))
 		return
 	}
-	if diff := cmp.Diff([]key{{SeverityInfo, CheckDevices, "node"}}, keys(rep)); diff != "" {
+	if diff := cmp.Diff([]key{{SeverityInfo, finding.CheckDevices, "node"}}, keys(t, rep)); diff != "" {
 		t.Errorf("findings on a machine without Mellanox devices (-want +got):\n%s\n%s", diff, text(t, rep))
 	}
 }
@@ -531,13 +538,13 @@ func TestKernelLogPatterns(t *testing.T) {
 		line           string
 		check, subject string
 	}{
-		{"[    4.8] mlx5_core: Unknown symbol devlink_fmsg_u32_pair_put (err -2)", CheckDriverKernelMismatch, "mlx5_core"},
-		{"4,700,48123,-;mlx5_ib: disagrees about version of symbol ib_register_device", CheckDriverKernelMismatch, "mlx5_ib"},
-		{"mlx_compat: version magic '5.15.0-91-generic SMP mod_unload' should be '6.8.0-45-generic SMP preempt mod_unload'", CheckDriverKernelMismatch, "mlx_compat"},
-		{"ib_core: no symbol version for module_layout", CheckDriverKernelMismatch, "ib_core"},
-		{"mlx5_core: probe of 0000:40:00.1 failed with error -22", CheckDriverProbe, "0000:40:00.1"},
-		{"mlx5_core 0000:18:00.0: probe with driver mlx5_core failed with error -5", CheckDriverProbe, "0000:18:00.0"},
-		{"mlx5_core 0000:9a:00.0: mlx5_init_one:1573:(pid 1): init one failed", CheckDriverProbe, "0000:9a:00.0"},
+		{"[    4.8] mlx5_core: Unknown symbol devlink_fmsg_u32_pair_put (err -2)", finding.CheckDriverKernelMismatch, "mlx5_core"},
+		{"4,700,48123,-;mlx5_ib: disagrees about version of symbol ib_register_device", finding.CheckDriverKernelMismatch, "mlx5_ib"},
+		{"mlx_compat: version magic '5.15.0-91-generic SMP mod_unload' should be '6.8.0-45-generic SMP preempt mod_unload'", finding.CheckDriverKernelMismatch, "mlx_compat"},
+		{"ib_core: no symbol version for module_layout", finding.CheckDriverKernelMismatch, "ib_core"},
+		{"mlx5_core: probe of 0000:40:00.1 failed with error -22", finding.CheckDriverProbe, "0000:40:00.1"},
+		{"mlx5_core 0000:18:00.0: probe with driver mlx5_core failed with error -5", finding.CheckDriverProbe, "0000:18:00.0"},
+		{"mlx5_core 0000:9a:00.0: mlx5_init_one:1573:(pid 1): init one failed", finding.CheckDriverProbe, "0000:9a:00.0"},
 		{"mlx5_core: module verification failed: signature and/or required key missing - tainting kernel", "", ""},
 		{"mlx5_core 0000:18:00.0: firmware version: 28.43.1014", "", ""},
 		{"e1000e: Unknown symbol foo (err -2)", "", ""},
@@ -550,8 +557,8 @@ func TestKernelLogPatterns(t *testing.T) {
 			t.Fatal(err)
 		}
 		var got []key
-		for _, k := range keys(rep) {
-			if k.Check == CheckDriverKernelMismatch || k.Check == CheckDriverProbe {
+		for _, k := range keys(t, rep) {
+			if k.Check == finding.CheckDriverKernelMismatch || k.Check == finding.CheckDriverProbe {
 				got = append(got, k)
 			}
 		}
@@ -573,8 +580,8 @@ func TestKernelLogUnreadable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := keys(rep)
-	if len(got) != 1 || got[0].Check != CheckKernelLog || got[0].Severity != SeverityInfo {
+	got := keys(t, rep)
+	if len(got) != 1 || got[0].Check != finding.CheckKernelLog || got[0].Severity != SeverityInfo {
 		t.Errorf("got %v, want one info finding about the kernel log", got)
 	}
 }
@@ -663,7 +670,7 @@ func TestHostileSysfsAttributes(t *testing.T) {
 			got = append(got, key{f.Severity, f.Check, f.Subject})
 		}
 	}
-	want := []key{{SeverityError, CheckSysfs, pf.PCI}, {SeverityError, CheckSysfs, vf.PCI}, {SeverityError, CheckSysfs, other.PCI}}
+	want := []key{{SeverityError, finding.CheckSysfs, pf.PCI}, {SeverityError, finding.CheckSysfs, vf.PCI}, {SeverityError, finding.CheckSysfs, other.PCI}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("error findings (-want +got):\n%s\n%s", diff, text(t, rep))
 	}
@@ -672,7 +679,7 @@ func TestHostileSysfsAttributes(t *testing.T) {
 		vf.PCI:    "state is a FIFO, not a regular file",
 		other.PCI: "node_guid is a symbolic link to /dev/zero, not a regular file",
 	} {
-		if msg := findingAbout(rep, CheckSysfs, subject); !strings.Contains(msg, says) {
+		if msg := findingAbout(rep, finding.CheckSysfs, subject); !strings.Contains(msg, says) {
 			t.Errorf("sysfs finding about %s is %q, want it to say %q", subject, msg, says)
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 )
 
 const driverMLX5 = "mlx5_core"
@@ -27,7 +29,7 @@ func (r *run) moduleLoaded(name string) bool {
 // bound PF has an RDMA device (mlx5_ib loaded).
 func (r *run) checkDriver() {
 	if !r.moduleLoaded(driverMLX5) {
-		r.add(SeverityError, CheckDriverLoaded, driverMLX5,
+		r.add(SeverityError, finding.CheckDriverLoaded, driverMLX5,
 			"modprobe mlx5_core; if it fails with \"Unknown symbol\" or \"Invalid argument\", "+remedyRebuildDriver,
 			"kernel module mlx5_core is not loaded (no %s/module/mlx5_core): %d Mellanox PFs have no driver",
 			r.sys.Root, len(r.inv.pfs))
@@ -40,12 +42,12 @@ func (r *run) checkDriver() {
 				noRDMA = append(noRDMA, f)
 			}
 		case "":
-			r.add(SeverityError, CheckDriverBound, f.addr,
+			r.add(SeverityError, finding.CheckDriverBound, f.addr,
 				"look for its probe error in the kernel log (dmesg | grep "+f.addr+"), then bind it: echo "+f.addr+
 					" > /sys/bus/pci/drivers/mlx5_core/bind",
 				"Mellanox PF %s (device %s) is bound to no driver: no netdev, no RDMA device, no VFs", f.addr, f.deviceID)
 		default:
-			r.add(SeverityError, CheckDriverBound, f.addr,
+			r.add(SeverityError, finding.CheckDriverBound, f.addr,
 				"if it is not meant for passthrough: echo "+f.addr+" > /sys/bus/pci/drivers/"+f.driver+"/unbind; echo "+f.addr+
 					" > /sys/bus/pci/drivers/mlx5_core/bind (and drop it from the passthrough configuration)",
 				"Mellanox PF %s is bound to %s, not mlx5_core: its VFs cannot be used for SR-IOV networking", f.addr, f.driver)
@@ -55,13 +57,13 @@ func (r *run) checkDriver() {
 		return
 	}
 	if !r.moduleLoaded("mlx5_ib") {
-		r.add(SeverityWarning, CheckDriverLoaded, "mlx5_ib", "modprobe mlx5_ib (and add it to /etc/modules-load.d/)",
+		r.add(SeverityWarning, finding.CheckDriverLoaded, "mlx5_ib", "modprobe mlx5_ib (and add it to /etc/modules-load.d/)",
 			"kernel module mlx5_ib is not loaded: %d PFs bound to mlx5_core have no RDMA device, so GUIDs, ports and firmware cannot be checked",
 			len(noRDMA))
 		return
 	}
 	for _, f := range noRDMA {
-		r.add(SeverityWarning, CheckRDMADevice, f.addr, "check the kernel log for mlx5_ib errors about "+f.addr+"; rebind the PF to mlx5_core",
+		r.add(SeverityWarning, finding.CheckRDMADevice, f.addr, "check the kernel log for mlx5_ib errors about "+f.addr+"; rebind the PF to mlx5_core",
 			"PF %s is bound to mlx5_core but has no RDMA device under infiniband/", f.addr)
 	}
 }
@@ -90,20 +92,18 @@ type logHit struct {
 	first          string
 }
 
-// checkKernelLog reads the kernel log for driver/kernel mismatches and
-// probe failures. Lines from earlier in this boot are errors only while the
-// driver or device is still not working; once it is, they are warnings.
+// checkKernelLog reads the kernel log (Options.KernelLog) for
+// driver/kernel mismatches and probe failures. Lines from earlier in this
+// boot are errors only while the driver or device is still not working;
+// once it is, they are warnings.
 func (r *run) checkKernelLog() {
-	if r.opts.KernelLog == "" {
-		return
-	}
 	lines, err := readKernelLog(r.opts.KernelLog)
 	if err != nil {
 		remedy := "run as root (reading /dev/kmsg needs CAP_SYSLOG when kernel.dmesg_restrict=1), or pass --kmsg with a file of dmesg output"
 		if !errors.Is(err, fs.ErrPermission) {
 			remedy = "pass --kmsg with /dev/kmsg or a file of dmesg output"
 		}
-		r.add(SeverityInfo, CheckKernelLog, r.opts.KernelLog, remedy,
+		r.add(SeverityInfo, finding.CheckKernelLog, r.opts.KernelLog, remedy,
 			"kernel log not checked for driver/kernel mismatches: %v", err)
 		return
 	}
@@ -121,7 +121,7 @@ func (r *run) checkKernelLog() {
 	}
 	for _, line := range lines {
 		if m := kmsgMismatchRE().FindStringSubmatch(line); m != nil {
-			note(CheckDriverKernelMismatch, m[1], line)
+			note(finding.CheckDriverKernelMismatch, m[1], line)
 			continue
 		}
 		if kmsgProbeRE().MatchString(line) {
@@ -129,16 +129,16 @@ func (r *run) checkKernelLog() {
 			if subject == "" {
 				subject = driverMLX5
 			}
-			note(CheckDriverProbe, subject, line)
+			note(finding.CheckDriverProbe, subject, line)
 		}
 	}
 	sort.Strings(order)
 	for _, k := range order {
 		h := hits[k]
 		switch h.check {
-		case CheckDriverKernelMismatch:
+		case finding.CheckDriverKernelMismatch:
 			r.reportMismatch(h)
-		case CheckDriverProbe:
+		case finding.CheckDriverProbe:
 			r.reportProbe(h)
 		}
 	}
@@ -149,7 +149,7 @@ func (r *run) reportMismatch(h *logHit) {
 	if r.moduleLoaded(h.subject) && r.allPFsBound() {
 		sev, now = SeverityWarning, "that was earlier in this boot: it is loaded and every PF is bound now"
 	}
-	r.add(sev, CheckDriverKernelMismatch, h.subject, remedyRebuildDriver,
+	r.add(sev, finding.CheckDriverKernelMismatch, h.subject, remedyRebuildDriver,
 		"module %s was built for another kernel: %d kernel log line(s) such as %q; %s",
 		h.subject, h.count, truncate(h.first, 160), now)
 }
@@ -159,7 +159,7 @@ func (r *run) reportProbe(h *logHit) {
 	if f, ok := r.inv.byAddr[h.subject]; ok && f.driver == driverMLX5 {
 		sev, now = SeverityWarning, " (it is bound now: a later probe worked)"
 	}
-	r.add(sev, CheckDriverProbe, h.subject,
+	r.add(sev, finding.CheckDriverProbe, h.subject,
 		"read the lines before it in the kernel log: firmware too old or in recovery (see firmware-version), "+
 			"driver/kernel mismatch (see driver-kernel-mismatch) or a PCIe error; reset the device or reboot after fixing",
 		"mlx5_core failed to probe %s%s: %d kernel log line(s) such as %q", h.subject, now, h.count, truncate(h.first, 160))
@@ -220,11 +220,11 @@ func (r *run) checkFirmware() {
 			"then reset the card (mlxfwreset -d %s reset) or power-cycle the node", m.min, f.addr, f.addr)
 		cmp, err := compareVersions(fw, m.min)
 		if err != nil {
-			r.add(SeverityWarning, CheckFirmwareVersion, f.addr, remedy, "%s firmware version %q of %s cannot be read: %v", m.model, fw, f.addr, err)
+			r.add(SeverityWarning, finding.CheckFirmwareVersion, f.addr, remedy, "%s firmware version %q of %s cannot be read: %v", m.model, fw, f.addr, err)
 			continue
 		}
 		if cmp < 0 {
-			r.add(SeverityError, CheckFirmwareVersion, f.addr, remedy,
+			r.add(SeverityError, finding.CheckFirmwareVersion, f.addr, remedy,
 				"%s firmware %s on %s is older than the minimum %s", m.model, fw, f.addr, m.min)
 		}
 	}
@@ -234,7 +234,7 @@ func (r *run) checkFirmware() {
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		r.add(SeverityInfo, CheckFirmwareVersion, id, "",
+		r.add(SeverityInfo, finding.CheckFirmwareVersion, id, "",
 			"firmware of %s (device ID %s) not judged: no minimum version is known for this device", strings.Join(unknown[id], ", "), id)
 	}
 }

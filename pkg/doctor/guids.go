@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 )
 
@@ -69,7 +70,7 @@ func (r *run) guidValid(f *function, kind string, g sysfs.GUID, o guidOwner) boo
 	if g == sysfs.GUIDAllOnes {
 		why = "all-F: unassigned or reset by the firmware"
 	}
-	r.add(SeverityError, CheckGUIDInvalid, f.addr, remedyGUID, "%s %s of %s is %s; the subnet manager cannot address it", kind, g, o, why)
+	r.add(SeverityError, finding.CheckGUIDInvalid, f.addr, remedyGUID, "%s %s of %s is %s; the subnet manager cannot address it", kind, g, o, why)
 	return false
 }
 
@@ -86,7 +87,7 @@ func (r *run) reportDuplicates(kind string, byGUID map[sysfs.GUID][]guidOwner) {
 				}
 			}
 			sort.Strings(others)
-			r.add(SeverityError, CheckGUIDDuplicate, o.addr, remedyGUID, "%s %s of %s is also held by %s; on one fabric only one of them works",
+			r.add(SeverityError, finding.CheckGUIDDuplicate, o.addr, remedyGUID, "%s %s of %s is also held by %s; on one fabric only one of them works",
 				kind, g, o, strings.Join(others, ", "))
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 )
 
@@ -44,6 +45,22 @@ type inventory struct {
 	pfs, vfs   []*function
 	byAddr     map[string]*function
 	readErrors []readError
+}
+
+// reportUnreadable reports the functions scan could not read.
+func (r *run) reportUnreadable() {
+	for _, e := range r.inv.readErrors {
+		r.add(SeverityError, finding.CheckSysfs, e.subject, "check the device with lspci -vvv -s "+e.subject+" and the kernel log; a half-probed device often needs a driver rebind or a reboot",
+			"%v", e.err)
+	}
+}
+
+// reportNoDevices says so when scan found no Mellanox function.
+func (r *run) reportNoDevices() {
+	if len(r.inv.pfs) == 0 && len(r.inv.vfs) == 0 {
+		r.add(SeverityInfo, finding.CheckDevices, "node", "",
+			"no Mellanox (vendor 0x15b3) PCI devices under %s/bus/pci/devices: nothing to check", r.sys.Root)
+	}
 }
 
 // scan walks bus/pci/devices once. A device that cannot be read is kept

@@ -19,17 +19,12 @@ import (
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/hostconfig"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/vfnet"
 )
-
-// CheckVFLeftover reports a free VF (no attachment record claims it) in
-// the host network namespace that still carries a name or altnames a pod or
-// the kernel left on it: the next ADD of it, or host-device's return of
-// another VF, can fail on them (sriov-cni #445, #250).
-const CheckVFLeftover = "vf-leftover"
 
 // Leftover is a free VF in the host netns with a name or altnames left
 // behind: how it is named now and what would put it right.
@@ -435,42 +430,43 @@ func uniq(s []string) []string {
 	return slices.Compact(s)
 }
 
-// checkLeftovers reports the free VFs of this netns that carry names left
-// behind (Options.StateDir set).
-// It also runs checkRDMANetns over the records and returns its count.
-func (r *run) checkLeftovers() int {
+// checkLeftovers (vf-leftover) reports the free VFs of this netns (no
+// attachment record claims them) that carry a name or altnames a pod or the
+// kernel left on them: the next ADD of such a VF, or host-device's return
+// of another VF, can fail on them (sriov-cni #445, #250).
+// It also runs checkRDMANetns over the records: the count is r.inPods.
+func (r *run) checkLeftovers() {
 	recs, err := state.NewStore(r.opts.StateDir).List()
 	if err != nil && len(recs) == 0 && countJoined(err) == 0 {
-		r.add(SeverityInfo, CheckVFLeftover, "node", "run the doctor where the plugin's state directory is readable, with --state-dir",
+		r.add(SeverityInfo, finding.CheckVFLeftover, "node", "run the doctor where the plugin's state directory is readable, with --state-dir",
 			"free VFs not checked for leftover names: %v", err)
-		return 0
+		return
 	}
 	if n := countJoined(err); n > 0 {
-		r.add(SeverityWarning, CheckVFLeftover, "node", "look at the files named: the plugin writes each record as a regular JSON file under 1 MiB; "+
+		r.add(SeverityWarning, finding.CheckVFLeftover, "node", "look at the files named: the plugin writes each record as a regular JSON file under 1 MiB; "+
 			"move away what is not one (DEL and GC go on without it)",
 			"%d attachment records in %s cannot be read, so the VFs they claim may be judged free: %v", n, r.opts.StateDir, err)
 	}
-	inPods := r.checkRDMANetns(recs)
+	r.inPods = r.checkRDMANetns(recs)
 	if r.linkErr != nil {
-		return inPods // checkNames said why the links cannot be read
+		return // checkNames said why the links cannot be read
 	}
 	found, notes, err := FindLeftovers(LeftoverInput{
 		SysfsRoot: r.sys.Root, AltName: r.opts.AltName, Records: recs, Links: r.rawLinks,
 		Spec: r.opts.Spec, LinkDir: r.opts.LinkDir,
 	})
 	if err != nil {
-		r.add(SeverityInfo, CheckVFLeftover, "node", "", "free VFs not checked for leftover names: %v", err)
-		return inPods
+		r.add(SeverityInfo, finding.CheckVFLeftover, "node", "", "free VFs not checked for leftover names: %v", err)
+		return
 	}
 	for _, n := range notes {
-		r.add(SeverityInfo, CheckVFLeftover, "node", "", "%s", n)
+		r.add(SeverityInfo, finding.CheckVFLeftover, "node", "", "%s", n)
 	}
 	for _, lo := range found {
-		r.add(SeverityWarning, CheckVFLeftover, lo.PCI, LeftoverRemedy(lo),
+		r.add(SeverityWarning, finding.CheckVFLeftover, lo.PCI, LeftoverRemedy(lo),
 			"VF %s (PF %s VF %d) in this network namespace is free (no attachment record claims it) and %s: the next ADD of it, "+
 				"or host-device moving another VF home, can fail on that", lo.PCI, lo.PF, lo.Index, lo.Problem)
 	}
-	return inPods
 }
 
 // LeftoverRemedy is the operator's fix for a leftover: the agent's repair,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile/safefiletest"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/vfnet"
@@ -90,12 +91,12 @@ func TestLeftoverVFsReported(t *testing.T) {
 	var got []key
 	var findings []Finding
 	for _, f := range rep.Findings {
-		if f.Check == CheckVFLeftover {
+		if f.Check == finding.CheckVFLeftover {
 			got = append(got, key{f.Severity, f.Check, f.Subject})
 			findings = append(findings, f)
 		}
 	}
-	want := []key{{SeverityWarning, CheckVFLeftover, leftoverVF(0)}, {SeverityWarning, CheckVFLeftover, leftoverVF(1)}}
+	want := []key{{SeverityWarning, finding.CheckVFLeftover, leftoverVF(0)}, {SeverityWarning, finding.CheckVFLeftover, leftoverVF(1)}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("leftover findings (-want +got):\n%s\n%s", diff, text(t, rep))
 	}
@@ -120,7 +121,7 @@ func TestLeftoverVFsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range rep.Findings {
-		if f.Check == CheckVFLeftover {
+		if f.Check == finding.CheckVFLeftover {
 			t.Errorf("leftover finding without a state dir: %+v", f)
 		}
 	}
@@ -146,7 +147,7 @@ func TestUnreadableRecordReported(t *testing.T) {
 	}
 	var got []key
 	for _, f := range rep.Findings {
-		if f.Check != CheckVFLeftover {
+		if f.Check != finding.CheckVFLeftover {
 			continue
 		}
 		got = append(got, key{f.Severity, f.Check, f.Subject})
@@ -154,8 +155,8 @@ func TestUnreadableRecordReported(t *testing.T) {
 			t.Errorf("the finding about unreadable records does not name the FIFO: %s", f.Message)
 		}
 	}
-	want := []key{{SeverityWarning, CheckVFLeftover, leftoverVF(0)}, {SeverityWarning, CheckVFLeftover, leftoverVF(1)},
-		{SeverityWarning, CheckVFLeftover, "node"}}
+	want := []key{{SeverityWarning, finding.CheckVFLeftover, leftoverVF(0)}, {SeverityWarning, finding.CheckVFLeftover, leftoverVF(1)},
+		{SeverityWarning, finding.CheckVFLeftover, "node"}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("leftover findings with a FIFO record (-want +got):\n%s\n%s", diff, text(t, rep))
 	}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 )
 
 // Compiled on first use, not at package init (see driver.go).
@@ -106,11 +107,11 @@ func (r *run) checkNames() {
 		if !errors.Is(linkErr, unix.EPERM) && !errors.Is(linkErr, unix.EACCES) {
 			remedy = "run in the host network namespace with netlink access"
 		}
-		r.add(SeverityInfo, CheckVFAltName, "node", remedy, "altnames of host VF netdevs not checked: %v", linkErr)
+		r.add(SeverityInfo, finding.CheckVFAltName, "node", remedy, "altnames of host VF netdevs not checked: %v", linkErr)
 	case len(elsewhere) > 0:
 		r.netdevsElsewhere = true
 		sort.Strings(elsewhere)
-		r.add(SeverityInfo, CheckVFAltName, "node", "run the doctor in the network namespace sysfs was mounted in (the host's)",
+		r.add(SeverityInfo, finding.CheckVFAltName, "node", "run the doctor in the network namespace sysfs was mounted in (the host's)",
 			"altnames of %d VF netdevs not checked: sysfs under %s lists them (%s) but this network namespace has no such links",
 			len(elsewhere), r.sys.Root, truncate(strings.Join(elsewhere, ", "), 120))
 	}
@@ -122,15 +123,15 @@ func (r *run) checkName(f *function, name string) {
 	switch p := r.opts.NamePattern; {
 	case p != nil:
 		if !p.MatchString(name) {
-			r.add(SeverityWarning, CheckVFName, f.addr, remedy,
+			r.add(SeverityWarning, finding.CheckVFName, f.addr, remedy,
 				"VF %s (PF %s VF %d) is named %q, which does not match the naming policy %q", f.addr, f.pf, f.index, name, p.String())
 		}
 	case podNameRE().MatchString(name):
-		r.add(SeverityWarning, CheckVFName, f.addr,
+		r.add(SeverityWarning, finding.CheckVFName, f.addr,
 			"rename it back to its policy name (ip link set "+name+" name <name>) or rebind the VF so udev names it",
 			"VF %s (PF %s VF %d) is named %q on the host, a pod interface name: it came back from a deleted pod network namespace", f.addr, f.pf, f.index, name)
 	case kernelNameRE().MatchString(name):
-		r.add(SeverityWarning, CheckVFName, f.addr, remedy,
+		r.add(SeverityWarning, finding.CheckVFName, f.addr, remedy,
 			"VF %s (PF %s VF %d) has the kernel's name %q: no persistent naming rule applied, so its name depends on probe order", f.addr, f.pf, f.index, name)
 	}
 }
@@ -138,7 +139,7 @@ func (r *run) checkName(f *function, name string) {
 func (r *run) checkAltName(f *function, l *hostLink, byName, byAlt map[string]*hostLink) {
 	want, err := config.RenderAltName(r.opts.AltName, f.addr, f.pf, f.index)
 	if err != nil {
-		r.add(SeverityWarning, CheckVFAltName, f.addr, "fix the alt-name template", "no altname to expect for VF %s: %v", f.addr, err)
+		r.add(SeverityWarning, finding.CheckVFAltName, f.addr, "fix the alt-name template", "no altname to expect for VF %s: %v", f.addr, err)
 		return
 	}
 	if l.name == want || slices.Contains(l.altNames, want) {
@@ -149,12 +150,12 @@ func (r *run) checkAltName(f *function, l *hostLink, byName, byAlt map[string]*h
 		holder = byName[want]
 	}
 	if holder != nil {
-		r.add(SeverityError, CheckVFAltName, f.addr,
+		r.add(SeverityError, finding.CheckVFAltName, f.addr,
 			fmt.Sprintf("remove it from the wrong link: ip link property del dev %s altname %s (the plugin refuses ADD while another link holds it)", holder.name, want),
 			"altname %s of VF %s is held by another link, %s", want, f.addr, holder.name)
 		return
 	}
-	r.add(SeverityWarning, CheckVFAltName, f.addr,
+	r.add(SeverityWarning, finding.CheckVFAltName, f.addr,
 		fmt.Sprintf("ip link property add dev %s altname %s, or install the hostconfig .link files (AlternativeName=%s)", l.name, want, want),
 		"VF %s netdev %s lacks its stable altname %s", f.addr, l.name, want)
 }

@@ -13,7 +13,7 @@ import (
 // PortChecks are the checks Ports runs: those whose answer can change from
 // one second to the next (a cable pulled, a subnet manager gone, a port
 // type flipped) and that make a VF unusable for the next pod.
-var PortChecks = []string{CheckPortState, CheckLinkLayer}
+var PortChecks = []string{finding.CheckPortState, finding.CheckLinkLayer}
 
 // PortReport is one run of the port checks alone.
 type PortReport struct {

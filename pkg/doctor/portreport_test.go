@@ -14,7 +14,7 @@ import (
 func portErrors(fs []finding.Finding) []string {
 	out := []string{}
 	for _, f := range fs {
-		if f.Severity == finding.Error && (f.Check == CheckPortState || f.Check == CheckLinkLayer) {
+		if f.Severity == finding.Error && (f.Check == finding.CheckPortState || f.Check == finding.CheckLinkLayer) {
 			out = append(out, f.Check+" "+f.Subject)
 		}
 	}
@@ -45,7 +45,7 @@ func TestPortsAndWithPorts(t *testing.T) {
 	if diff := cmp.Diff(portErrors(full.Findings), portErrors(ports.Findings)); diff != "" {
 		t.Errorf("port checks alone vs the full run (-full +ports):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{CheckPortState + " " + down.PCI}, portErrors(ports.Findings)); diff != "" {
+	if diff := cmp.Diff([]string{finding.CheckPortState + " " + down.PCI}, portErrors(ports.Findings)); diff != "" {
 		t.Errorf("port errors (-want +got):\n%s", diff)
 	}
 
@@ -61,7 +61,7 @@ func TestPortsAndWithPorts(t *testing.T) {
 	}
 	guid := func(fs []finding.Finding) bool {
 		for _, f := range fs {
-			if f.Check == CheckGUIDInvalid && f.Subject == zero.PCI && f.Severity == finding.Error {
+			if f.Check == finding.CheckGUIDInvalid && f.Subject == zero.PCI && f.Severity == finding.Error {
 				return true
 			}
 		}
@@ -70,7 +70,7 @@ func TestPortsAndWithPorts(t *testing.T) {
 	if !guid(full.Findings) || !guid(merged.Findings) {
 		t.Errorf("the zero GUID finding: in the full report %v, in the merged one %v; want both", guid(full.Findings), guid(merged.Findings))
 	}
-	if diff := cmp.Diff([]string{CheckPortState + " " + down.PCI}, portErrors(full.Findings)); diff != "" {
+	if diff := cmp.Diff([]string{finding.CheckPortState + " " + down.PCI}, portErrors(full.Findings)); diff != "" {
 		t.Errorf("WithPorts changed the report it was called on (-want +got):\n%s", diff)
 	}
 	// A port report older than the full run is not taken.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 )
 
@@ -51,7 +52,7 @@ func (r *run) checkLinkLayer(f *function, d sysfs.RDMADevice, p sysfs.Port) bool
 	if f.pf != "" {
 		what = "VF port"
 	}
-	r.add(SeverityError, CheckLinkLayer, f.addr, remedy,
+	r.add(SeverityError, finding.CheckLinkLayer, f.addr, remedy,
 		"%s %d of %s (%s) runs %s, %s expected%s", what, p.Num, d.Name, f.addr, p.LinkLayer, want, fallbackNote(want, p.LinkLayer))
 	r.coverVFs(f)
 	return true
@@ -86,7 +87,7 @@ func (r *run) checkPortState(f *function, d sysfs.RDMADevice, p sysfs.Port) bool
 	if f.pf != "" {
 		what = "VF port"
 	}
-	r.add(SeverityError, CheckPortState, f.addr, remedy, "%s %d of %s (%s) is %s (state %d), phys_state %s (%d); ACTIVE / LinkUp needed",
+	r.add(SeverityError, finding.CheckPortState, f.addr, remedy, "%s %d of %s (%s) is %s (state %d), phys_state %s (%d); ACTIVE / LinkUp needed",
 		what, p.Num, d.Name, f.addr, p.State.Name, p.State.Num, p.PhysState.Name, p.PhysState.Num)
 	r.coverVFs(f)
 	return true

@@ -2,8 +2,8 @@ package doctor
 
 import (
 	"fmt"
-	"strings"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/hostconfig"
 )
 
@@ -30,7 +30,7 @@ func (r *run) checkSpec() {
 	}
 	found, err := chk.Check(r.opts.Spec)
 	if err != nil {
-		r.add(SeverityError, CheckSpec, "node", "fix the spec's pfs entries for this node, or check the node against its own spec",
+		r.add(SeverityError, finding.CheckSpec, "node", "fix the spec's pfs entries for this node, or check the node against its own spec",
 			"the node cannot be compared with its hostconfig spec: %v", err)
 		return
 	}
@@ -40,18 +40,17 @@ func (r *run) checkSpec() {
 	}
 	var notChecked []hostconfig.Finding
 	for _, f := range found {
-		subject := strings.TrimPrefix(strings.TrimPrefix(f.Subject, "PF "), "VF ")
 		switch {
-		case have[[2]string{f.Check, subject}]:
+		case have[[2]string{f.Check, f.Subject}]:
 		case f.Severity == hostconfig.SeverityInfo:
 			notChecked = append(notChecked, f) // one line for all, below
 		default:
-			r.add(f.Severity, f.Check, subject, f.Remedy, "%s", f.Message)
+			r.add(f.Severity, f.Check, f.Subject, f.Remedy, "%s", f.Message)
 		}
 	}
 	if len(notChecked) > 0 {
 		first := notChecked[0]
-		r.add(SeverityInfo, CheckSpec, "node", "",
+		r.add(SeverityInfo, finding.CheckSpec, "node", "",
 			"%d items of the hostconfig spec not checked, such as %s: %s", len(notChecked), first.Subject, first.Message)
 	}
 }

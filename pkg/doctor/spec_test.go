@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/hostconfig"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
@@ -65,8 +66,8 @@ func TestSpecFindingsAreMerged(t *testing.T) {
 	}
 	// Healthy as specified. Altnames cannot be read outside the node's netns,
 	// and the spec cannot name VFs that are in pods: one info line each.
-	healthy := []key{{SeverityInfo, CheckSpec, "node"}, {SeverityInfo, CheckVFAltName, "node"}}
-	if diff := cmp.Diff(healthy, keys(rep)); diff != "" {
+	healthy := []key{{SeverityInfo, finding.CheckSpec, "node"}, {SeverityInfo, finding.CheckVFAltName, "node"}}
+	if diff := cmp.Diff(healthy, keys(t, rep)); diff != "" {
 		t.Fatalf("node as specified (-want +got):\n%s\n%s", diff, text(t, rep))
 	}
 
@@ -82,14 +83,14 @@ func TestSpecFindingsAreMerged(t *testing.T) {
 	// hostconfig grades a name against the spec as an error, and cannot
 	// place the missing VFs (the fixture has no sriov_offset): pf-present.
 	want := []key{
-		{SeverityError, hostconfig.CheckGUIDMismatch, vf.PCI},
-		{SeverityError, hostconfig.CheckPFPresent, "0000:18:00.0"},
-		{SeverityError, CheckSRIOVNumVFs, "0000:18:00.0"}, // once: the doctor's
-		{SeverityError, CheckVFName, "0000:40:00.2"},
-		{SeverityInfo, CheckSpec, "node"},
-		{SeverityInfo, CheckVFAltName, "node"},
+		{SeverityError, finding.CheckGUIDMismatch, vf.PCI},
+		{SeverityError, finding.CheckPFPresent, "0000:18:00.0"},
+		{SeverityError, finding.CheckSRIOVNumVFs, "0000:18:00.0"}, // once: the doctor's
+		{SeverityError, finding.CheckVFName, "0000:40:00.2"},
+		{SeverityInfo, finding.CheckSpec, "node"},
+		{SeverityInfo, finding.CheckVFAltName, "node"},
 	}
-	if diff := cmp.Diff(want, keys(rep)); diff != "" {
+	if diff := cmp.Diff(want, keys(t, rep)); diff != "" {
 		t.Errorf("findings (-want +got):\n%s\n%s", diff, text(t, rep))
 	}
 }
@@ -106,7 +107,7 @@ func TestSpecThatDoesNotResolve(t *testing.T) {
 	}
 	found := false
 	for _, f := range rep.Findings {
-		if f.Subject == "0000:77:00.0" || f.Check == CheckSpec {
+		if f.Subject == "0000:77:00.0" || f.Check == finding.CheckSpec {
 			found = found || f.Severity == SeverityError
 		}
 	}

@@ -1,6 +1,10 @@
 package doctor
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
+)
 
 // checkNumVFs compares each SR-IOV capable PF's sriov_numvfs with its
 // sriov_totalvfs, the expected count and the virtfnN links the kernel made.
@@ -17,18 +21,18 @@ func (r *run) checkNumVFs() {
 		}
 		switch {
 		case want > 0 && want > f.totalVFs:
-			r.add(SeverityError, CheckSRIOVNumVFs, f.addr,
+			r.add(SeverityError, finding.CheckSRIOVNumVFs, f.addr,
 				fmt.Sprintf("raise the firmware limit: mlxconfig -d %s set SRIOV_EN=1 NUM_OF_VFS=%d, then mlxfwreset -d %s reset or reboot", f.addr, want, f.addr),
 				"PF %s allows %d VFs (sriov_totalvfs), %d are expected", f.addr, f.totalVFs, want)
 		case want > 0 && f.numVFs != want:
-			r.add(SeverityError, CheckSRIOVNumVFs, f.addr, create,
+			r.add(SeverityError, finding.CheckSRIOVNumVFs, f.addr, create,
 				"PF %s has %d VFs (sriov_numvfs), %d are expected", f.addr, f.numVFs, want)
 		case want == 0 && f.numVFs == 0 && f.totalVFs > 0:
-			r.add(SeverityWarning, CheckSRIOVNumVFs, f.addr, create,
+			r.add(SeverityWarning, finding.CheckSRIOVNumVFs, f.addr, create,
 				"PF %s has no VFs (sriov_numvfs is 0 of %d allowed)", f.addr, f.totalVFs)
 		}
 		if f.vfs != nil && len(f.vfs) != f.numVFs {
-			r.add(SeverityError, CheckSRIOVNumVFs, f.addr,
+			r.add(SeverityError, finding.CheckSRIOVNumVFs, f.addr,
 				"VF creation failed part way: write 0 to sriov_numvfs, then the count again, and read the kernel log",
 				"PF %s says sriov_numvfs %d but has %d virtfnN links", f.addr, f.numVFs, len(f.vfs))
 		}

@@ -1,9 +1,9 @@
 // Package finding is the one model of what the agent's node checks report:
 // a finding names its check, its subject, how severe it is, what was found
-// and what to do about it. The doctor and hostconfig --check both report
-// findings of this type, under the check names declared here when they
-// mean the same thing, so the agent's metrics, the node condition and the
-// device taints read one model.
+// and what to do about it; and the registry of those checks, each declared
+// once with what it reads and the device taint its errors call for. The
+// doctor and hostconfig --check are its two callers, so the agent's
+// metrics, the node condition and the device taints read one model.
 package finding
 
 import (
@@ -37,25 +37,20 @@ func (s Severity) Rank() int {
 	return 2
 }
 
-// Check names that the doctor and hostconfig --check both report under.
-// They are stable: the agent exports them as metric labels.
-const (
-	CheckDriverBound   = "driver-bound"   // a driver (the doctor: mlx5_core) bound to every PF
-	CheckLinkLayer     = "link-layer"     // a port's link layer vs the one expected
-	CheckSRIOVNumVFs   = "sriov-numvfs"   // VFs created vs sriov_totalvfs and the expected count
-	CheckVFName        = "vf-name"        // host VF netdev names vs the naming policy or spec
-	CheckVFAltName     = "vf-altname"     // the stable altname on host VF netdevs
-	CheckGUIDInvalid   = "guid-invalid"   // a node or port GUID zero or all-F
-	CheckGUIDDuplicate = "guid-duplicate" // a node or port GUID shared by two functions
-)
-
 // Finding is one result of a check about one subject.
 type Finding struct {
 	Severity Severity `json:"severity"`
-	Check    string   `json:"check"`
-	Subject  string   `json:"subject"`
-	Message  string   `json:"message"`
-	Remedy   string   `json:"remedy,omitempty"`
+	Check    string   `json:"check"` // a registered check's name (Lookup)
+	// Subject is the bare PCI address of the function a finding is about
+	// (0000:18:00.2). Findings about no one function say what else they are
+	// about: "node" (devices, hostconfig-spec, and the notes of vf-altname
+	// and vf-leftover), a kernel module (driver-loaded,
+	// driver-kernel-mismatch, and driver-probe without an address), the
+	// kernel log's path (kernel-log), a PCI device ID (firmware-version's
+	// info about a device with no known minimum).
+	Subject string `json:"subject"`
+	Message string `json:"message"`
+	Remedy  string `json:"remedy,omitempty"`
 	// Covers lists the functions a finding about a PF's port makes
 	// unusable with it, its VFs (a VF's port follows its PF's), by PCI
 	// address; empty for every other finding. The device taints read it.

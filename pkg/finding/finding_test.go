@@ -41,8 +41,8 @@ func TestHasErrorsAndString(t *testing.T) {
 	if HasErrors([]Finding{{Severity: Warning}, {Severity: Info}}) || !HasErrors([]Finding{{Severity: Info}, {Severity: Error}}) {
 		t.Error("HasErrors does not say whether an error is among the findings")
 	}
-	f := Finding{Severity: Error, Check: CheckGUIDInvalid, Subject: "VF 0000:18:00.2", Message: "GUID is zero", Remedy: "set it"}
-	if got, want := f.String(), "error   VF 0000:18:00.2: GUID is zero\n        fix: set it"; got != want {
+	f := Finding{Severity: Error, Check: CheckGUIDInvalid, Subject: "0000:18:00.2", Message: "GUID is zero", Remedy: "set it"}
+	if got, want := f.String(), "error   0000:18:00.2: GUID is zero\n        fix: set it"; got != want {
 		t.Errorf("String() = %q, want %q", got, want)
 	}
 }

@@ -27,22 +27,14 @@ const (
 	SeverityInfo    = finding.Info
 )
 
-// Check names: stable, so the doctor and the agent can use them as labels.
-// Those that mean the same as the doctor's checks are package finding's.
-const (
-	CheckSpec            = "hostconfig-spec" // the spec does not resolve on this node
-	CheckPFPresent       = "pf-present"      // the PF exists and is SR-IOV capable
-	CheckDriverBound     = finding.CheckDriverBound
-	CheckLinkLayer       = finding.CheckLinkLayer
-	CheckSRIOVNumVFs     = finding.CheckSRIOVNumVFs
-	CheckVFAddress       = "vf-address" // virtfnN points where the generated files expect
-	CheckVFName          = finding.CheckVFName
-	CheckVFAltName       = finding.CheckVFAltName
-	CheckGUIDUnderivable = "guid-underivable" // the PF GUID cannot seed VF GUIDs
-	CheckGUIDInvalid     = finding.CheckGUIDInvalid
-	CheckGUIDMismatch    = "guid-mismatch" // a VF GUID differs from the derived one
-	CheckGUIDDuplicate   = finding.CheckGUIDDuplicate
-)
+// Checks are the registered checks (package finding) Checker.Check reports,
+// about the spec's PFs and VFs by PCI address; the doctor merges them with
+// its own.
+var Checks = []string{
+	finding.CheckPFPresent, finding.CheckDriverBound, finding.CheckLinkLayer, finding.CheckSRIOVNumVFs,
+	finding.CheckVFAddress, finding.CheckVFName, finding.CheckVFAltName,
+	finding.CheckGUIDUnderivable, finding.CheckGUIDInvalid, finding.CheckGUIDMismatch, finding.CheckGUIDDuplicate,
+}
 
 // HasErrors reports whether any finding is an error.
 func HasErrors(fs []Finding) bool { return finding.HasErrors(fs) }
@@ -127,36 +119,35 @@ func (r *checkRun) rerun() string {
 }
 
 func (r *checkRun) checkPF(pf PFPlan) {
-	subj := "PF " + pf.PCI
 	if pf.Problem != nil {
-		r.add(SeverityError, CheckPFPresent, subj, "", "%v", pf.Problem)
+		r.add(SeverityError, finding.CheckPFPresent, pf.PCI, "", "%v", pf.Problem)
 		return
 	}
 	if !r.n.exists(pf.PCI) {
-		r.add(SeverityError, CheckPFPresent, subj, "check the card is seated and visible: lspci -s "+pf.PCI,
+		r.add(SeverityError, finding.CheckPFPresent, pf.PCI, "check the card is seated and visible: lspci -s "+pf.PCI,
 			"no such PCI device under %s/bus/pci/devices", r.c.SysfsRoot)
 		return
 	}
 	if drv := r.n.driver(pf.PCI); drv == "" {
-		r.add(SeverityError, CheckDriverBound, subj, "load the driver (modprobe mlx5_core) and look for probe errors: dmesg | grep "+pf.PCI,
+		r.add(SeverityError, finding.CheckDriverBound, pf.PCI, "load the driver (modprobe mlx5_core) and look for probe errors: dmesg | grep "+pf.PCI,
 			"no driver is bound")
 	}
 	found, err := r.n.linkLayer(pf.PCI)
 	if err != nil {
-		r.add(SeverityWarning, CheckLinkLayer, subj, "", "%v", err)
+		r.add(SeverityWarning, finding.CheckLinkLayer, pf.PCI, "", "%v", err)
 	} else if pf.LinkType != LinkAuto && found != pf.LinkType {
-		r.add(SeverityError, CheckLinkLayer, subj, linkTypeRemedy(pf.PCI, pf.LinkType),
+		r.add(SeverityError, finding.CheckLinkLayer, pf.PCI, linkTypeRemedy(pf.PCI, pf.LinkType),
 			"port 1 runs %s, the spec wants %s", found, pf.LinkType)
 	}
 	numvfs, err := readInt(r.n.dev(pf.PCI, "sriov_numvfs"))
 	if err != nil {
-		r.add(SeverityError, CheckSRIOVNumVFs, subj, "", "read sriov_numvfs: %v", err)
+		r.add(SeverityError, finding.CheckSRIOVNumVFs, pf.PCI, "", "read sriov_numvfs: %v", err)
 		return
 	}
 	if numvfs != pf.NumVFs {
-		r.add(SeverityError, CheckSRIOVNumVFs, subj, r.rerun(), "has %d VFs, the spec wants %d", numvfs, pf.NumVFs)
+		r.add(SeverityError, finding.CheckSRIOVNumVFs, pf.PCI, r.rerun(), "has %d VFs, the spec wants %d", numvfs, pf.NumVFs)
 	}
-	r.checkLink(subj, pf.PCI, pf.Name, pf.AltName, false)
+	r.checkLink(pf.PCI, pf.Name, pf.AltName, false)
 
 	var pfGUID sysfs.GUID
 	guids := pf.GUIDs == GUIDPFDerived && found == LinkInfiniBand
@@ -166,7 +157,7 @@ func (r *checkRun) checkPF(pf PFPlan) {
 		}
 		if err != nil {
 			guids = false
-			r.add(SeverityError, CheckGUIDUnderivable, subj,
+			r.add(SeverityError, finding.CheckGUIDUnderivable, pf.PCI,
 				"set guids: none in the spec and assign VF GUIDs another way (subnet manager, ib-kubernetes)", "%v", err)
 		}
 	}
@@ -187,43 +178,42 @@ func linkTypeRemedy(pci string, want LinkType) string {
 }
 
 func (r *checkRun) checkVF(pf PFPlan, vf VFPlan, guids bool, pfGUID sysfs.GUID) {
-	subj := "VF " + vf.PCI
 	if got := r.n.virtfn(pf.PCI, vf.Index); got != vf.PCI {
 		if got == "" {
-			r.add(SeverityError, CheckVFAddress, subj, r.rerun(), "VF %d of PF %s is missing (no virtfn%d)", vf.Index, pf.PCI, vf.Index)
+			r.add(SeverityError, finding.CheckVFAddress, vf.PCI, r.rerun(), "VF %d of PF %s is missing (no virtfn%d)", vf.Index, pf.PCI, vf.Index)
 		} else {
-			r.add(SeverityError, CheckVFAddress, "VF "+got, "regenerate the files on this node: sriov-stable-agent hostconfig --sysfs-root /sys ...",
+			r.add(SeverityError, finding.CheckVFAddress, got, "regenerate the files on this node: sriov-stable-agent hostconfig --sysfs-root /sys ...",
 				"VF %d of PF %s is %s, the generated files expect %s", vf.Index, pf.PCI, got, vf.PCI)
 		}
 		return
 	}
 	if r.n.driver(vf.PCI) == "" {
-		r.add(SeverityError, CheckDriverBound, subj, "bind it: echo "+vf.PCI+" > "+r.c.SysfsRoot+"/bus/pci/drivers_probe; look for probe errors in dmesg",
+		r.add(SeverityError, finding.CheckDriverBound, vf.PCI, "bind it: echo "+vf.PCI+" > "+r.c.SysfsRoot+"/bus/pci/drivers_probe; look for probe errors in dmesg",
 			"no driver is bound")
 		return
 	}
-	r.checkLink(subj, vf.PCI, vf.Name, vf.AltName, true)
+	r.checkLink(vf.PCI, vf.Name, vf.AltName, true)
 	if !guids {
 		return
 	}
 	dir := r.n.rdma(vf.PCI)
 	if dir == "" {
-		r.add(SeverityInfo, CheckGUIDMismatch, subj, "", "no RDMA device on the host (in a pod, or mlx5_ib not loaded): GUIDs not checked")
+		r.add(SeverityInfo, finding.CheckGUIDMismatch, vf.PCI, "", "no RDMA device on the host (in a pod, or mlx5_ib not loaded): GUIDs not checked")
 		return
 	}
 	want, err := DeriveVFGUIDs(pfGUID, vf.Index)
 	if err != nil {
-		r.add(SeverityError, CheckGUIDUnderivable, subj, "", "%v", err)
+		r.add(SeverityError, finding.CheckGUIDUnderivable, vf.PCI, "", "%v", err)
 		return
 	}
 	node, err := nodeGUID(dir)
 	switch {
 	case err != nil:
-		r.add(SeverityError, CheckGUIDInvalid, subj, "", "read node GUID: %v", err)
+		r.add(SeverityError, finding.CheckGUIDInvalid, vf.PCI, "", "read node GUID: %v", err)
 	case !node.Valid():
-		r.add(SeverityError, CheckGUIDInvalid, subj, r.rerun(), "node GUID is %s (unset), want %s", node.Colon(), want.Node.Colon())
+		r.add(SeverityError, finding.CheckGUIDInvalid, vf.PCI, r.rerun(), "node GUID is %s (unset), want %s", node.Colon(), want.Node.Colon())
 	case node != want.Node:
-		r.add(SeverityError, CheckGUIDMismatch, subj, r.rerun(), "node GUID is %s, want %s", node.Colon(), want.Node.Colon())
+		r.add(SeverityError, finding.CheckGUIDMismatch, vf.PCI, r.rerun(), "node GUID is %s, want %s", node.Colon(), want.Node.Colon())
 	}
 	if err == nil && node.Valid() {
 		r.owners[node] = append(r.owners[node], vf.PCI)
@@ -231,30 +221,30 @@ func (r *checkRun) checkVF(pf PFPlan, vf VFPlan, guids bool, pfGUID sysfs.GUID) 
 	port, err := portGUID(dir)
 	switch {
 	case err != nil:
-		r.add(SeverityWarning, CheckGUIDInvalid, subj, "", "read port GUID: %v", err)
+		r.add(SeverityWarning, finding.CheckGUIDInvalid, vf.PCI, "", "read port GUID: %v", err)
 	case port == sysfs.GUIDZero:
-		r.add(SeverityInfo, CheckGUIDInvalid, subj, "", "port GUID not reported yet (GID 0 is zero): not checked")
+		r.add(SeverityInfo, finding.CheckGUIDInvalid, vf.PCI, "", "port GUID not reported yet (GID 0 is zero): not checked")
 	case port != want.Port:
-		r.add(SeverityError, CheckGUIDMismatch, subj, r.rerun(), "port GUID is %s, want %s", port.Colon(), want.Port.Colon())
+		r.add(SeverityError, finding.CheckGUIDMismatch, vf.PCI, r.rerun(), "port GUID is %s, want %s", port.Colon(), want.Port.Colon())
 	}
 }
 
 // checkLink compares a function's host netdev with the wanted name and
 // altname ("" for either: not managed).
-func (r *checkRun) checkLink(subj, pci, name, alt string, isVF bool) {
+func (r *checkRun) checkLink(pci, name, alt string, isVF bool) {
 	if name == "" && alt == "" {
 		return
 	}
 	devs := r.n.netdevs(pci)
 	if len(devs) == 0 {
 		if isVF {
-			r.add(SeverityInfo, CheckVFName, subj, "", "no netdev on the host (in a pod, or ib_ipoib not loaded): name not checked")
+			r.add(SeverityInfo, finding.CheckVFName, pci, "", "no netdev on the host (in a pod, or ib_ipoib not loaded): name not checked")
 		}
 		return
 	}
 	cur := devs[0]
 	if name != "" && cur != name {
-		r.add(SeverityError, CheckVFName, subj,
+		r.add(SeverityError, finding.CheckVFName, pci,
 			"install the .link files into /etc/systemd/network (and the initramfs: update-initramfs -u), then "+r.rerun(),
 			"netdev is %s, the spec wants %s", cur, name)
 	}
@@ -263,7 +253,7 @@ func (r *checkRun) checkLink(subj, pci, name, alt string, isVF bool) {
 	}
 	alts, err := r.c.AltNames(cur)
 	if err != nil {
-		r.add(SeverityWarning, CheckVFAltName, subj, "", "read altnames of %s: %v", cur, err)
+		r.add(SeverityWarning, finding.CheckVFAltName, pci, "", "read altnames of %s: %v", cur, err)
 		return
 	}
 	for _, a := range alts {
@@ -271,7 +261,7 @@ func (r *checkRun) checkLink(subj, pci, name, alt string, isVF bool) {
 			return
 		}
 	}
-	r.add(SeverityError, CheckVFAltName, subj, "ip link property add dev "+cur+" altname "+alt+", or "+r.rerun(),
+	r.add(SeverityError, finding.CheckVFAltName, pci, "ip link property add dev "+cur+" altname "+alt+", or "+r.rerun(),
 		"%s lacks altname %s (has: %s)", cur, alt, strings.Join(alts, ", "))
 }
 
@@ -296,7 +286,7 @@ func (r *checkRun) checkDuplicates() {
 			continue
 		}
 		sort.Strings(pcis)
-		r.add(SeverityError, CheckGUIDDuplicate, "VF "+pcis[0], r.rerun(),
+		r.add(SeverityError, finding.CheckGUIDDuplicate, pcis[0], r.rerun(),
 			"node GUID %s is shared by %s", g.Colon(), strings.Join(pcis, ", "))
 	}
 	sort.SliceStable(r.out, func(i, j int) bool { return r.out[i].Subject < r.out[j].Subject })

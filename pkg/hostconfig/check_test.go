@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
 
@@ -75,14 +76,14 @@ func TestCheckFindings(t *testing.T) {
 					k.setNumVFs(k.pf("0000:40:00.0"), 0)
 				})
 			},
-			want: []want{{SeverityError, CheckSRIOVNumVFs, "PF 0000:40:00.0", "has 0 VFs, the spec wants 8"}},
+			want: []want{{SeverityError, finding.CheckSRIOVNumVFs, "0000:40:00.0", "has 0 VFs, the spec wants 8"}},
 		},
 		{
 			name: "VF renamed by someone else",
 			breakIt: func(t *testing.T, k *kernel, p *Plan) {
 				k.tree.RenameNetDev(vf(p, 1, 2).PCI, "ib1v2", "ibp64s0f0v2")
 			},
-			want: []want{{SeverityError, CheckVFName, "VF 0000:40:00.4", "netdev is ibp64s0f0v2, the spec wants ib1v2"}},
+			want: []want{{SeverityError, finding.CheckVFName, "0000:40:00.4", "netdev is ibp64s0f0v2, the spec wants ib1v2"}},
 		},
 		{
 			name: "altname missing",
@@ -91,14 +92,14 @@ func TestCheckFindings(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			want: []want{{SeverityError, CheckVFAltName, "VF 0000:18:03.1", "ib0v7 lacks altname vf-0000-18-03.1"}},
+			want: []want{{SeverityError, finding.CheckVFAltName, "0000:18:03.1", "ib0v7 lacks altname vf-0000-18-03.1"}},
 		},
 		{
 			name: "VF in a pod",
 			breakIt: func(t *testing.T, k *kernel, p *Plan) {
 				k.tree.RemoveNetDev(vf(p, 0, 0).PCI, "ib0v0")
 			},
-			want: []want{{SeverityInfo, CheckVFName, "VF 0000:18:02.2", "no netdev on the host"}},
+			want: []want{{SeverityInfo, finding.CheckVFName, "0000:18:02.2", "no netdev on the host"}},
 		},
 		{
 			name: "zero node GUID",
@@ -106,8 +107,8 @@ func TestCheckFindings(t *testing.T) {
 				k.setVFGUIDs(vf(p, 1, 4).PCI, VFGUIDs{})
 			},
 			want: []want{
-				{SeverityError, CheckGUIDInvalid, "VF 0000:40:00.6", "node GUID is 00:00:00:00:00:00:00:00 (unset), want ba:3f:d2:00:04:5a:1c:88"},
-				{SeverityInfo, CheckGUIDInvalid, "VF 0000:40:00.6", "port GUID not reported yet"},
+				{SeverityError, finding.CheckGUIDInvalid, "0000:40:00.6", "node GUID is 00:00:00:00:00:00:00:00 (unset), want ba:3f:d2:00:04:5a:1c:88"},
+				{SeverityInfo, finding.CheckGUIDInvalid, "0000:40:00.6", "port GUID not reported yet"},
 			},
 		},
 		{
@@ -116,8 +117,8 @@ func TestCheckFindings(t *testing.T) {
 				k.setVFGUIDs(vf(p, 0, 1).PCI, VFGUIDs{Node: 0xa288c2fffe180101, Port: 0xa288c2fffe180102})
 			},
 			want: []want{
-				{SeverityError, CheckGUIDMismatch, "VF 0000:18:02.3", "node GUID is a2:88:c2:ff:fe:18:01:01, want ba:3f:d2:00:01:5a:1b:21"},
-				{SeverityError, CheckGUIDMismatch, "VF 0000:18:02.3", "port GUID is a2:88:c2:ff:fe:18:01:02, want ba:3f:d2:80:01:5a:1b:21"},
+				{SeverityError, finding.CheckGUIDMismatch, "0000:18:02.3", "node GUID is a2:88:c2:ff:fe:18:01:01, want ba:3f:d2:00:01:5a:1b:21"},
+				{SeverityError, finding.CheckGUIDMismatch, "0000:18:02.3", "port GUID is a2:88:c2:ff:fe:18:01:02, want ba:3f:d2:80:01:5a:1b:21"},
 			},
 		},
 		{
@@ -128,9 +129,9 @@ func TestCheckFindings(t *testing.T) {
 				k.setVFGUIDs(vf(p, 0, 0).PCI, g)
 			},
 			want: []want{
-				{SeverityError, CheckGUIDMismatch, "VF 0000:18:02.2", "node GUID is ba:3f:d2:00:06:5a:1c:88, want ba:3f:d2:00:00:5a:1b:21"},
-				{SeverityError, CheckGUIDMismatch, "VF 0000:18:02.2", "port GUID is ba:3f:d2:80:06:5a:1c:88, want ba:3f:d2:80:00:5a:1b:21"},
-				{SeverityError, CheckGUIDDuplicate, "VF 0000:18:02.2", "node GUID ba:3f:d2:00:06:5a:1c:88 is shared by 0000:18:02.2, 0000:40:01.0"},
+				{SeverityError, finding.CheckGUIDMismatch, "0000:18:02.2", "node GUID is ba:3f:d2:00:06:5a:1c:88, want ba:3f:d2:00:00:5a:1b:21"},
+				{SeverityError, finding.CheckGUIDMismatch, "0000:18:02.2", "port GUID is ba:3f:d2:80:06:5a:1c:88, want ba:3f:d2:80:00:5a:1b:21"},
+				{SeverityError, finding.CheckGUIDDuplicate, "0000:18:02.2", "node GUID ba:3f:d2:00:06:5a:1c:88 is shared by 0000:18:02.2, 0000:40:01.0"},
 			},
 		},
 		{
@@ -138,7 +139,7 @@ func TestCheckFindings(t *testing.T) {
 			breakIt: func(t *testing.T, k *kernel, p *Plan) {
 				k.tree.SetPort("0000:40:00.0", "mlx5_2", 1, sysfstest.Port{LinkLayer: "Ethernet"})
 			},
-			want: []want{{SeverityError, CheckLinkLayer, "PF 0000:40:00.0", "port 1 runs ethernet, the spec wants infiniband"}},
+			want: []want{{SeverityError, finding.CheckLinkLayer, "0000:40:00.0", "port 1 runs ethernet, the spec wants infiniband"}},
 		},
 		{
 			name: "PF GUID locally administered",
@@ -146,14 +147,14 @@ func TestCheckFindings(t *testing.T) {
 				k.tree.SetRDMA("0000:18:00.1", sysfstest.RDMA{Name: "mlx5_1", NodeGUID: "ba3f:d203:005a:1b21",
 					Ports: []sysfstest.Port{{GID0: sysfstest.GID0("ba3f:d203:005a:1b21")}}})
 			},
-			want: []want{{SeverityError, CheckGUIDUnderivable, "PF 0000:18:00.1", "ba:3f:d2:03:00:5a:1b:21 is locally administered"}},
+			want: []want{{SeverityError, finding.CheckGUIDUnderivable, "0000:18:00.1", "ba:3f:d2:03:00:5a:1b:21 is locally administered"}},
 		},
 		{
 			name: "VF without a driver",
 			breakIt: func(t *testing.T, k *kernel, p *Plan) {
 				k.locked(func() { k.unbindVF(vf(p, 1, 3).PCI) })
 			},
-			want: []want{{SeverityError, CheckDriverBound, "VF 0000:40:00.5", "no driver is bound"}},
+			want: []want{{SeverityError, finding.CheckDriverBound, "0000:40:00.5", "no driver is bound"}},
 		},
 		{
 			name: "VF gone from its PF",
@@ -162,22 +163,22 @@ func TestCheckFindings(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			want: []want{{SeverityError, CheckVFAddress, "VF 0000:18:02.5", "VF 3 of PF 0000:18:00.1 is missing (no virtfn3)"}},
+			want: []want{{SeverityError, finding.CheckVFAddress, "0000:18:02.5", "VF 3 of PF 0000:18:00.1 is missing (no virtfn3)"}},
 		},
 		{
 			name: "PF absent",
 			spec: "linkType: infiniband\nvfs: 8\npfs:\n  - pci: 0000:18:00.1\n  - {pci: 0000:5e:00.0, vfOffset: 2, vfStride: 1}\n",
-			want: []want{{SeverityError, CheckPFPresent, "PF 0000:5e:00.0", "no such PCI device under"}},
+			want: []want{{SeverityError, finding.CheckPFPresent, "0000:5e:00.0", "no such PCI device under"}},
 		},
 		{
 			name: "PF absent, addresses unknown",
 			spec: "linkType: infiniband\nvfs: 8\npfs:\n  - pci: 0000:18:00.1\n  - pci: 0000:5e:00.0\n",
-			want: []want{{SeverityError, CheckPFPresent, "PF 0000:5e:00.0", "no such PCI device under"}},
+			want: []want{{SeverityError, finding.CheckPFPresent, "0000:5e:00.0", "no such PCI device under"}},
 		},
 		{
 			name: "not SR-IOV capable",
 			spec: "linkType: infiniband\nvfs: 8\npfs:\n  - pci: 0000:18:00.1\n  - pci: 0000:43:00.0\n",
-			want: []want{{SeverityError, CheckPFPresent, "PF 0000:43:00.0", "not SR-IOV capable"}},
+			want: []want{{SeverityError, finding.CheckPFPresent, "0000:43:00.0", "not SR-IOV capable"}},
 		},
 	}
 	for _, tc := range cases {
@@ -211,6 +212,11 @@ func TestCheckFindings(t *testing.T) {
 			if len(findings) != len(tc.want) {
 				t.Errorf("%d findings, want %d:\n%s", len(findings), len(tc.want), findingsText(findings))
 			}
+			for _, f := range findings {
+				if !slices.Contains(Checks, f.Check) {
+					t.Errorf("finding of check %q, which Checks does not list: %s", f.Check, f)
+				}
+			}
 			for i := 1; i < len(findings); i++ {
 				if findings[i-1].Severity.Rank() > findings[i].Severity.Rank() {
 					t.Errorf("findings not sorted by severity:\n%s", findingsText(findings))
@@ -220,6 +226,18 @@ func TestCheckFindings(t *testing.T) {
 				t.Errorf("HasErrors = %v", HasErrors(findings))
 			}
 		})
+	}
+}
+
+// Checks lists registered checks alone, each once.
+func TestChecksRegistered(t *testing.T) {
+	for i, c := range Checks {
+		if _, ok := finding.Lookup(c); !ok {
+			t.Errorf("check %q is not in package finding's registry", c)
+		}
+		if slices.Index(Checks, c) != i {
+			t.Errorf("check %q is listed twice", c)
+		}
 	}
 }
 

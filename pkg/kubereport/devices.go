@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 )
 
 // pciBusIDAttribute is the standard device attribute (KEP-5316, also
@@ -30,27 +31,6 @@ const pciBusIDAttribute resourcev1.QualifiedName = "resource.kubernetes.io/pciBu
 // publishes (sriovnetwork.k8snetworkplumbingwg.io/pciAddress); any driver's
 // <driver>/pciAddress is read the same way.
 const pciAddressAttribute = "pciAddress"
-
-// Device taint keys, one per kind of VF health the doctor judges.
-const (
-	DeviceTaintGUID      = Domain + "/guid"       // node or port GUID zero, all-F or duplicated
-	DeviceTaintPortState = Domain + "/port-state" // the VF's (or its PF's) port not ACTIVE/LinkUp
-	DeviceTaintLinkLayer = Domain + "/link-layer" // the port runs the other link layer
-)
-
-// deviceTaints maps the doctor checks that make a VF unusable to a device
-// taint (key and value), and says whether a PF's finding makes each of its
-// VFs unusable too (a port's state and link layer are the PF's; GUIDs are
-// each function's own; the doctor's finding lists the VFs it covers).
-var deviceTaints = map[string]struct {
-	key, value string
-	pfCovers   bool
-}{
-	doctor.CheckGUIDInvalid:   {DeviceTaintGUID, "invalid", false},
-	doctor.CheckGUIDDuplicate: {DeviceTaintGUID, "duplicate", false},
-	doctor.CheckPortState:     {DeviceTaintPortState, "not-active", true},
-	doctor.CheckLinkLayer:     {DeviceTaintLinkLayer, "mismatch", true},
-}
 
 // Labels and annotations on the DeviceTaintRules the agent owns.
 const (
@@ -73,8 +53,10 @@ type problem struct {
 	message string // the doctor's message
 }
 
-// vfProblems maps each PCI address to its problems by device taint key: a
-// VF's own findings, and its PF's port findings (the VFs a finding covers).
+// vfProblems maps each PCI address to its problems by device taint key: the
+// errors of the checks that make a VF unusable (their registry entry names
+// a device taint, finding.Check.DeviceTaint), a VF's own, and its PF's port
+// findings (the VFs a finding covers).
 func vfProblems(rep *doctor.Report) map[string]map[string]problem {
 	out := map[string]map[string]problem{}
 	add := func(pci, key string, p problem) {
@@ -86,14 +68,15 @@ func vfProblems(rep *doctor.Report) map[string]map[string]problem {
 		}
 	}
 	for _, f := range rep.Findings {
-		k, ok := deviceTaints[f.Check]
-		if !ok || f.Severity != doctor.SeverityError {
+		c, _ := finding.Lookup(f.Check)
+		t := c.DeviceTaint
+		if t == nil || f.Severity != doctor.SeverityError {
 			continue
 		}
-		add(f.Subject, k.key, problem{value: k.value, message: f.Message})
-		if k.pfCovers {
+		add(f.Subject, t.Key, problem{value: t.Value, message: f.Message})
+		if t.CoversVFs {
 			for _, vf := range f.Covers {
-				add(vf, k.key, problem{value: k.value, message: "PF " + f.Subject + ": " + f.Message})
+				add(vf, t.Key, problem{value: t.Value, message: "PF " + f.Subject + ": " + f.Message})
 			}
 		}
 	}

@@ -12,11 +12,12 @@ import (
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
 
-func finding(sev doctor.Severity, check, subject string) doctor.Finding {
+func newFinding(sev doctor.Severity, check, subject string) doctor.Finding {
 	return doctor.Finding{Severity: sev, Check: check, Subject: subject, Message: check + " of " + subject}
 }
 
@@ -24,7 +25,7 @@ func TestNodeCondition(t *testing.T) {
 	E, W, I := doctor.SeverityError, doctor.SeverityWarning, doctor.SeverityInfo
 	var many []doctor.Finding
 	for i := range 10 {
-		many = append(many, finding(E, doctor.CheckGUIDInvalid, "0000:c0:05."+string(rune('0'+i))))
+		many = append(many, newFinding(E, finding.CheckGUIDInvalid, "0000:c0:05."+string(rune('0'+i))))
 	}
 	for _, tc := range []struct {
 		name     string
@@ -37,20 +38,20 @@ func TestNodeCondition(t *testing.T) {
 			Message: "no errors or warnings on 8 PFs and 64 VFs"},
 	}, {
 		name:     "information only",
-		findings: []doctor.Finding{finding(I, doctor.CheckKernelLog, "node")},
+		findings: []doctor.Finding{newFinding(I, finding.CheckKernelLog, "node")},
 		want: corev1.NodeCondition{Type: ConditionType, Status: corev1.ConditionTrue, Reason: "VFsHealthy",
 			Message: "no errors or warnings on 8 PFs and 64 VFs"},
 	}, {
 		name:     "warnings",
-		findings: []doctor.Finding{finding(W, doctor.CheckFirmwareVersion, "0000:18:00.0"), finding(W, doctor.CheckFirmwareVersion, "0000:18:00.1")},
+		findings: []doctor.Finding{newFinding(W, finding.CheckFirmwareVersion, "0000:18:00.0"), newFinding(W, finding.CheckFirmwareVersion, "0000:18:00.1")},
 		want: corev1.NodeCondition{Type: ConditionType, Status: corev1.ConditionTrue, Reason: "FirmwareVersion",
 			Message: "no errors; 2 warnings: firmware-version 0000:18:00.0, 0000:18:00.1 (sriov-stable-agent doctor on the node gives the remedies)"},
 	}, {
 		name: "errors grouped by check, each subject once, warnings counted",
 		findings: []doctor.Finding{
-			finding(E, doctor.CheckGUIDDuplicate, "0000:18:00.2"), finding(E, doctor.CheckGUIDDuplicate, "0000:18:00.3"),
-			finding(E, doctor.CheckGUIDInvalid, "0000:c0:05.1"), finding(E, doctor.CheckGUIDInvalid, "0000:c0:05.1"),
-			finding(E, doctor.CheckPortState, "0000:40:00.0"), finding(W, doctor.CheckFirmwareVersion, "0000:18:00.0"),
+			newFinding(E, finding.CheckGUIDDuplicate, "0000:18:00.2"), newFinding(E, finding.CheckGUIDDuplicate, "0000:18:00.3"),
+			newFinding(E, finding.CheckGUIDInvalid, "0000:c0:05.1"), newFinding(E, finding.CheckGUIDInvalid, "0000:c0:05.1"),
+			newFinding(E, finding.CheckPortState, "0000:40:00.0"), newFinding(W, finding.CheckFirmwareVersion, "0000:18:00.0"),
 		},
 		want: corev1.NodeCondition{Type: ConditionType, Status: corev1.ConditionFalse, Reason: "GUIDDuplicate",
 			Message: "4 errors: guid-duplicate 0000:18:00.2, 0000:18:00.3; guid-invalid 0000:c0:05.1; port-state 0000:40:00.0; " +
@@ -78,8 +79,8 @@ func TestNodeCondition(t *testing.T) {
 
 func TestReasonOf(t *testing.T) {
 	for check, want := range map[string]string{
-		doctor.CheckGUIDInvalid: "GUIDInvalid", doctor.CheckPortState: "PortState", doctor.CheckSRIOVNumVFs: "SRIOVNumVFs",
-		doctor.CheckVFAltName: "VFAltName", doctor.CheckRDMADevice: "RDMADevice", doctor.CheckDriverKernelMismatch: "DriverKernelMismatch",
+		finding.CheckGUIDInvalid: "GUIDInvalid", finding.CheckPortState: "PortState", finding.CheckSRIOVNumVFs: "SRIOVNumVFs",
+		finding.CheckVFAltName: "VFAltName", finding.CheckRDMADevice: "RDMADevice", finding.CheckDriverKernelMismatch: "DriverKernelMismatch",
 	} {
 		if got := reasonOf(check); got != want {
 			t.Errorf("reasonOf(%q) = %q, want %q", check, got, want)
@@ -118,27 +119,46 @@ func TestVFProblems(t *testing.T) {
 	pf := n.PFs[1]
 	E, W := doctor.SeverityError, doctor.SeverityWarning
 	rep := &doctor.Report{Findings: []doctor.Finding{
-		finding(E, doctor.CheckGUIDInvalid, pf.VFs[0].PCI),
-		finding(E, doctor.CheckGUIDDuplicate, pf.VFs[0].PCI),        // same key: the first stays
-		covering(finding(E, doctor.CheckPortState, pf.PCI), pf.VFs), // the PF's port: every VF of it
-		finding(E, doctor.CheckLinkLayer, n.PFs[2].VFs[3].PCI),
-		finding(E, doctor.CheckGUIDInvalid, n.PFs[2].PCI), // a PF's own GUID: not its VFs'
-		finding(W, doctor.CheckPortState, n.PFs[3].VFs[0].PCI),
-		finding(E, doctor.CheckFirmwareVersion, n.PFs[3].VFs[1].PCI),
+		newFinding(E, finding.CheckGUIDInvalid, pf.VFs[0].PCI),
+		newFinding(E, finding.CheckGUIDDuplicate, pf.VFs[0].PCI),        // same key: the first stays
+		covering(newFinding(E, finding.CheckPortState, pf.PCI), pf.VFs), // the PF's port: every VF of it
+		newFinding(E, finding.CheckLinkLayer, n.PFs[2].VFs[3].PCI),
+		newFinding(E, finding.CheckGUIDInvalid, n.PFs[2].PCI), // a PF's own GUID: not its VFs'
+		newFinding(W, finding.CheckPortState, n.PFs[3].VFs[0].PCI),
+		newFinding(E, finding.CheckFirmwareVersion, n.PFs[3].VFs[1].PCI),
 	}}
 	got := vfProblems(rep)
 	portDown := problem{value: "not-active", message: "PF " + pf.PCI + ": port-state of " + pf.PCI}
 	want := map[string]map[string]problem{
-		pf.PCI:              {DeviceTaintPortState: {value: "not-active", message: "port-state of " + pf.PCI}},
-		n.PFs[2].VFs[3].PCI: {DeviceTaintLinkLayer: {value: "mismatch", message: "link-layer of " + n.PFs[2].VFs[3].PCI}},
-		n.PFs[2].PCI:        {DeviceTaintGUID: {value: "invalid", message: "guid-invalid of " + n.PFs[2].PCI}},
+		pf.PCI:              {finding.TaintPortState: {value: "not-active", message: "port-state of " + pf.PCI}},
+		n.PFs[2].VFs[3].PCI: {finding.TaintLinkLayer: {value: "mismatch", message: "link-layer of " + n.PFs[2].VFs[3].PCI}},
+		n.PFs[2].PCI:        {finding.TaintGUID: {value: "invalid", message: "guid-invalid of " + n.PFs[2].PCI}},
 	}
 	for _, vf := range pf.VFs {
-		want[vf.PCI] = map[string]problem{DeviceTaintPortState: portDown}
+		want[vf.PCI] = map[string]problem{finding.TaintPortState: portDown}
 	}
-	want[pf.VFs[0].PCI][DeviceTaintGUID] = problem{value: "invalid", message: "guid-invalid of " + pf.VFs[0].PCI}
+	want[pf.VFs[0].PCI][finding.TaintGUID] = problem{value: "invalid", message: "guid-invalid of " + pf.VFs[0].PCI}
 	if diff := cmp.Diff(want, got, cmp.AllowUnexported(problem{})); diff != "" {
 		t.Errorf("problems (-want +got):\n%s", diff)
+	}
+}
+
+// The registry's device taints are ours to set: keys under Domain, keys
+// and values valid as Kubernetes taints.
+func TestRegisteredDeviceTaints(t *testing.T) {
+	n := 0
+	for _, c := range finding.All() {
+		tt := c.DeviceTaint
+		if tt == nil {
+			continue
+		}
+		n++
+		if !strings.HasPrefix(tt.Key, Domain+"/") || len(validation.IsQualifiedName(tt.Key)) > 0 || len(validation.IsValidLabelValue(tt.Value)) > 0 {
+			t.Errorf("check %s: device taint %s=%s is not a taint of %s", c.Name, tt.Key, tt.Value, Domain)
+		}
+	}
+	if n == 0 {
+		t.Error("no registered check names a device taint")
 	}
 }
 
@@ -181,9 +201,9 @@ func TestDesiredRules(t *testing.T) {
 	const driver = "sriovnetwork.k8snetworkplumbingwg.io"
 	devs := []device{{driver, "sriov-e2e-node", "vf-a", "0000:c0:03.1"}, {driver, "sriov-e2e-node", "vf-b", "0000:c0:03.2"}}
 	problems := map[string]map[string]problem{
-		"0000:c0:03.2": {DeviceTaintGUID: {value: "invalid", message: "node GUID is zero"},
-			DeviceTaintPortState: {value: "not-active", message: "port 1 is DOWN"}},
-		"0000:99:00.0": {DeviceTaintGUID: {value: "invalid", message: "not published: no rule"}},
+		"0000:c0:03.2": {finding.TaintGUID: {value: "invalid", message: "node GUID is zero"},
+			finding.TaintPortState: {value: "not-active", message: "port 1 is DOWN"}},
+		"0000:99:00.0": {finding.TaintGUID: {value: "invalid", message: "not published: no rule"}},
 	}
 	got := desiredRules("sriov-e2e-node", "uid-1", resourcev1.DeviceTaintEffectNoSchedule, devs, problems)
 	if len(got) != 2 {
@@ -223,7 +243,7 @@ func TestDesiredRules(t *testing.T) {
 		}
 	}
 	long := strings.Repeat("n", 250)
-	if name := ruleName(long, devs[0], DeviceTaintGUID); len(validation.IsDNS1123Subdomain(name)) > 0 {
+	if name := ruleName(long, devs[0], finding.TaintGUID); len(validation.IsDNS1123Subdomain(name)) > 0 {
 		t.Errorf("rule name for a long node name %q is not a DNS subdomain", name)
 	}
 	if v := labelValue(long); len(validation.IsValidLabelValue(v)) > 0 {

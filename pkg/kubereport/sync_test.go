@@ -25,6 +25,7 @@ import (
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
@@ -378,7 +379,7 @@ func TestDeviceTaintRuleCreatedAndDeleted(t *testing.T) {
 	}
 	h := newHarness(t, Config{}, nil, objs...)
 
-	unhealthy := report(doctor.Finding{Severity: doctor.SeverityError, Check: doctor.CheckGUIDInvalid, Subject: vf.PCI,
+	unhealthy := report(doctor.Finding{Severity: doctor.SeverityError, Check: finding.CheckGUIDInvalid, Subject: vf.PCI,
 		Message: "node GUID 0000:0000:0000:0000 of " + vf.PCI + " is zero"})
 	h.round(unhealthy)
 	h.waitFor("the VF's rule", func() bool { return len(h.ownRules()) == 1 })
@@ -414,7 +415,7 @@ func TestDeviceTaintRuleCreatedAndDeleted(t *testing.T) {
 			created = rule.Name
 			want := resourcev1.DeviceTaintRuleSpec{
 				DeviceSelector: &resourcev1.DeviceTaintSelector{Driver: str(testDriver), Pool: str(testNode), Device: str(deviceName(vf.PCI))},
-				Taint:          resourcev1.DeviceTaint{Key: DeviceTaintGUID, Value: "invalid", Effect: resourcev1.DeviceTaintEffectNoSchedule},
+				Taint:          resourcev1.DeviceTaint{Key: finding.TaintGUID, Value: "invalid", Effect: resourcev1.DeviceTaintEffectNoSchedule},
 			}
 			if diff := cmp.Diff(want, rule.Spec); diff != "" {
 				t.Errorf("rule %s spec (-want +got):\n%s", rule.Name, diff)
@@ -457,12 +458,12 @@ func TestDeviceTaintRulesCoverEveryVFOfPF(t *testing.T) {
 		testNodeObject(), pciSlice("node-a-vfs", append(vfPCIs(pf.VFs), vfPCIs(other.VFs[:2])...)...))
 
 	msg := "port 1 of " + pf.RDMA + " is DOWN"
-	h.round(report(covering(doctor.Finding{Severity: doctor.SeverityError, Check: doctor.CheckPortState, Subject: pf.PCI, Message: msg}, pf.VFs)))
+	h.round(report(covering(doctor.Finding{Severity: doctor.SeverityError, Check: finding.CheckPortState, Subject: pf.PCI, Message: msg}, pf.VFs)))
 	h.stop()
 
 	var got []string
 	for _, r := range h.ownRules() {
-		if r.Spec.Taint.Key != DeviceTaintPortState || r.Spec.Taint.Value != "not-active" || r.Annotations[annotationReason] != "PF "+pf.PCI+": "+msg {
+		if r.Spec.Taint.Key != finding.TaintPortState || r.Spec.Taint.Value != "not-active" || r.Annotations[annotationReason] != "PF "+pf.PCI+": "+msg {
 			t.Errorf("rule %s: taint %+v, annotations %v", r.Name, r.Spec.Taint, r.Annotations)
 		}
 		if *r.Spec.DeviceSelector.Device != deviceName(r.Annotations[annotationPCI]) {
@@ -485,8 +486,8 @@ func TestDeviceTaintRulesCoverEveryVFOfPF(t *testing.T) {
 func TestNodeConditionWrittenOnChange(t *testing.T) {
 	h := newHarness(t, Config{}, nil, testNodeObject())
 	patches := func() int { return h.count("patch", "nodes", "status") }
-	guid := doctor.Finding{Severity: doctor.SeverityError, Check: doctor.CheckGUIDInvalid, Subject: "0000:18:00.2", Message: "zero GUID"}
-	port := doctor.Finding{Severity: doctor.SeverityError, Check: doctor.CheckPortState, Subject: "0000:40:00.0", Message: "DOWN"}
+	guid := doctor.Finding{Severity: doctor.SeverityError, Check: finding.CheckGUIDInvalid, Subject: "0000:18:00.2", Message: "zero GUID"}
+	port := doctor.Finding{Severity: doctor.SeverityError, Check: finding.CheckPortState, Subject: "0000:40:00.0", Message: "DOWN"}
 
 	h.round(report(guid))
 	first := h.condition()
@@ -552,16 +553,16 @@ func TestNodeTaintOnError(t *testing.T) {
 			t.Errorf("%s: %d taint patches in all, want %d", when, p, wantPatches)
 		}
 	}
-	guid := doctor.Finding{Severity: doctor.SeverityError, Check: doctor.CheckGUIDInvalid, Subject: "0000:18:00.2"}
-	port := doctor.Finding{Severity: doctor.SeverityError, Check: doctor.CheckPortState, Subject: "0000:40:00.0"}
-	fw := doctor.Finding{Severity: doctor.SeverityWarning, Check: doctor.CheckFirmwareVersion, Subject: "0000:18:00.0"}
+	guid := doctor.Finding{Severity: doctor.SeverityError, Check: finding.CheckGUIDInvalid, Subject: "0000:18:00.2"}
+	port := doctor.Finding{Severity: doctor.SeverityError, Check: finding.CheckPortState, Subject: "0000:40:00.0"}
+	fw := doctor.Finding{Severity: doctor.SeverityWarning, Check: finding.CheckFirmwareVersion, Subject: "0000:18:00.0"}
 
 	h.round(report(guid))
-	checkTaints("first error", ours(doctor.CheckGUIDInvalid), 1)
+	checkTaints("first error", ours(finding.CheckGUIDInvalid), 1)
 	h.round(report(guid))
-	checkTaints("the same error again", ours(doctor.CheckGUIDInvalid), 1)
+	checkTaints("the same error again", ours(finding.CheckGUIDInvalid), 1)
 	h.round(report(port, guid))
-	checkTaints("another worst check", ours(doctor.CheckPortState), 2)
+	checkTaints("another worst check", ours(finding.CheckPortState), 2)
 	h.round(report(fw))
 	checkTaints("warnings only", others, 3)
 	h.round(report(fw))
@@ -685,8 +686,8 @@ func TestPodEventsRateLimited(t *testing.T) {
 func TestDeviceTaintRuleVersionDiscovered(t *testing.T) {
 	n := sysfstest.NewDGXH200(t)
 	vf := n.PFs[0].VFs[0]
-	bad := doctor.Finding{Severity: doctor.SeverityError, Check: doctor.CheckGUIDInvalid, Subject: vf.PCI, Message: "zero GUID"}
-	worse := doctor.Finding{Severity: doctor.SeverityError, Check: doctor.CheckPortState, Subject: "0000:40:00.0", Message: "DOWN"}
+	bad := doctor.Finding{Severity: doctor.SeverityError, Check: finding.CheckGUIDInvalid, Subject: vf.PCI, Message: "zero GUID"}
+	worse := doctor.Finding{Severity: doctor.SeverityError, Check: finding.CheckPortState, Subject: "0000:40:00.0", Message: "DOWN"}
 	for _, tc := range []struct {
 		name          string
 		slices, rules string
@@ -779,8 +780,8 @@ func TestWatchPutsRulesRight(t *testing.T) {
 	a, b := n.PFs[0].VFs[0], n.PFs[0].VFs[1]
 	h := newHarness(t, Config{}, nil, testNodeObject(), pciSlice("node-a-vfs", a.PCI))
 	h.round(report(
-		doctor.Finding{Severity: doctor.SeverityError, Check: doctor.CheckGUIDInvalid, Subject: a.PCI, Message: "zero GUID"},
-		doctor.Finding{Severity: doctor.SeverityError, Check: doctor.CheckGUIDInvalid, Subject: b.PCI, Message: "zero GUID"}))
+		doctor.Finding{Severity: doctor.SeverityError, Check: finding.CheckGUIDInvalid, Subject: a.PCI, Message: "zero GUID"},
+		doctor.Finding{Severity: doctor.SeverityError, Check: finding.CheckGUIDInvalid, Subject: b.PCI, Message: "zero GUID"}))
 	h.waitFor("the published VF's rule", func() bool { return len(h.ownRules()) == 1 })
 	var name string
 	for name = range h.ownRules() {
@@ -808,7 +809,7 @@ func TestSteadyStateNoRequests(t *testing.T) {
 	n := sysfstest.NewDGXH200(t)
 	vf := n.PFs[0].VFs[0]
 	h := newHarness(t, Config{TaintOnError: true}, nil, testNodeObject(), pciSlice("node-a-vfs", vf.PCI))
-	rep := report(doctor.Finding{Severity: doctor.SeverityError, Check: doctor.CheckGUIDInvalid, Subject: vf.PCI, Message: "zero GUID"})
+	rep := report(doctor.Finding{Severity: doctor.SeverityError, Check: finding.CheckGUIDInvalid, Subject: vf.PCI, Message: "zero GUID"})
 	h.round(rep)
 	h.waitFor("the VF's rule", func() bool { return len(h.ownRules()) == 1 })
 	h.nodeEvents(2) // unhealthy, tainted: written before the count starts

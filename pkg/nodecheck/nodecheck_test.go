@@ -11,6 +11,7 @@ import (
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
 
@@ -87,11 +88,11 @@ func TestFindingsPublishedAndLoggedOnce(t *testing.T) {
 	c.RunOnce()
 	c.RunOnce()
 	s := c.Snapshot()
-	if s.At.IsZero() || s.Err != nil || !hasFinding(s.Report, doctor.CheckGUIDInvalid, vf.PCI) {
-		t.Errorf("snapshot after two runs: at %s, err %v, GUID finding %v", s.At, s.Err, hasFinding(s.Report, doctor.CheckGUIDInvalid, vf.PCI))
+	if s.At.IsZero() || s.Err != nil || !hasFinding(s.Report, finding.CheckGUIDInvalid, vf.PCI) {
+		t.Errorf("snapshot after two runs: at %s, err %v, GUID finding %v", s.At, s.Err, hasFinding(s.Report, finding.CheckGUIDInvalid, vf.PCI))
 	}
-	if last, k := rec.lastReport(); k != 2 || !hasFinding(last, doctor.CheckGUIDInvalid, vf.PCI) {
-		t.Errorf("heard %d reports after 2 runs (the last with the finding: %v)", k, hasFinding(last, doctor.CheckGUIDInvalid, vf.PCI))
+	if last, k := rec.lastReport(); k != 2 || !hasFinding(last, finding.CheckGUIDInvalid, vf.PCI) {
+		t.Errorf("heard %d reports after 2 runs (the last with the finding: %v)", k, hasFinding(last, finding.CheckGUIDInvalid, vf.PCI))
 	}
 	if k := logs.Count(`msg="node doctor finding"`); k != 1 {
 		t.Errorf("logged the finding %d times over two runs, want once:\n%s", k, logs)
@@ -99,7 +100,7 @@ func TestFindingsPublishedAndLoggedOnce(t *testing.T) {
 
 	n.SetRDMA(vf.PCI, sysfstest.RDMA{Name: vf.RDMA, NodeGUID: vf.NodeGUID, Ports: []sysfstest.Port{{GID0: sysfstest.GID0(vf.PortGUID)}}})
 	c.RunOnce()
-	if hasFinding(c.Snapshot().Report, doctor.CheckGUIDInvalid, vf.PCI) {
+	if hasFinding(c.Snapshot().Report, finding.CheckGUIDInvalid, vf.PCI) {
 		t.Error("the repaired VF's finding remains")
 	}
 	if k := logs.Count(`msg="node doctor finding cleared"`); k != 1 {
@@ -143,21 +144,21 @@ func TestFreeVFPortPublishedBetweenDoctorRuns(t *testing.T) {
 	n.SetPort(vf.PCI, vf.RDMA, 1, sysfstest.Port{State: "1: DOWN", PhysState: "3: Disabled", GID0: sysfstest.GID0(vf.PortGUID)})
 	took := wait("the port-down finding heard", func() bool {
 		rep, _ := rec.lastReport()
-		return hasFinding(rep, doctor.CheckPortState, vf.PCI)
+		return hasFinding(rep, finding.CheckPortState, vf.PCI)
 	})
 	if took > time.Second {
 		t.Errorf("the free VF's port down heard after %s, want within 1 s (port interval %s)", took, every)
 	}
-	if !hasFinding(c.Snapshot().Report, doctor.CheckPortState, vf.PCI) {
+	if !hasFinding(c.Snapshot().Report, finding.CheckPortState, vf.PCI) {
 		t.Error("the port-down finding heard is not in the snapshot")
 	}
 
 	n.SetPort(vf.PCI, vf.RDMA, 1, sysfstest.Port{GID0: sysfstest.GID0(vf.PortGUID)})
 	wait("the port-down finding cleared", func() bool {
 		rep, _ := rec.lastReport()
-		return rep != nil && !hasFinding(rep, doctor.CheckPortState, vf.PCI)
+		return rep != nil && !hasFinding(rep, finding.CheckPortState, vf.PCI)
 	})
-	if hasFinding(c.Snapshot().Report, doctor.CheckPortState, vf.PCI) {
+	if hasFinding(c.Snapshot().Report, finding.CheckPortState, vf.PCI) {
 		t.Error("the cleared finding remains in the snapshot")
 	}
 	if again := c.Snapshot().At; !again.Equal(doctorAt) {
@@ -187,8 +188,8 @@ func TestPortWatcherOff(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // six port intervals of the test above
 	cancel()
 	<-done
-	if rep, k := rec.lastReport(); k != 1 || hasFinding(rep, doctor.CheckPortState, vf.PCI) {
-		t.Errorf("with the port watcher off: %d reports, port-down heard %v; want 1, false", k, hasFinding(rep, doctor.CheckPortState, vf.PCI))
+	if rep, k := rec.lastReport(); k != 1 || hasFinding(rep, finding.CheckPortState, vf.PCI) {
+		t.Errorf("with the port watcher off: %d reports, port-down heard %v; want 1, false", k, hasFinding(rep, finding.CheckPortState, vf.PCI))
 	}
 }
 

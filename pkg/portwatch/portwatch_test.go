@@ -88,7 +88,7 @@ func TestFreeVFPortDownAndBack(t *testing.T) {
 	if len(got) != 2 {
 		t.Fatalf("%d reports after the port went down, want 2", len(got))
 	}
-	if diff := cmp.Diff([]string{doctor.CheckPortState + " " + vf.PCI}, errorsOf(got[1])); diff != "" {
+	if diff := cmp.Diff([]string{finding.CheckPortState + " " + vf.PCI}, errorsOf(got[1])); diff != "" {
 		t.Errorf("errors with the VF's port down (-want +got):\n%s", diff)
 	}
 
@@ -118,7 +118,7 @@ func TestPFLinkLayerIsOneFinding(t *testing.T) {
 	}
 	w.Check()
 	got := r.all()
-	if diff := cmp.Diff([]string{doctor.CheckLinkLayer + " " + pf.PCI}, errorsOf(got[len(got)-1])); diff != "" {
+	if diff := cmp.Diff([]string{finding.CheckLinkLayer + " " + pf.PCI}, errorsOf(got[len(got)-1])); diff != "" {
 		t.Errorf("errors with the PF on Ethernet (-want +got):\n%s", diff)
 	}
 }
@@ -141,7 +141,7 @@ func TestDeviceBackIsReadAnew(t *testing.T) {
 	}
 	w.Check()
 	got := r.all()
-	if diff := cmp.Diff([]string{doctor.CheckPortState + " " + vf.PCI}, errorsOf(got[len(got)-1])); diff != "" {
+	if diff := cmp.Diff([]string{finding.CheckPortState + " " + vf.PCI}, errorsOf(got[len(got)-1])); diff != "" {
 		t.Errorf("errors after the device came back INIT (-want +got):\n%s", diff)
 	}
 	if w.Poll() {

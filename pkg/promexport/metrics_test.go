@@ -16,6 +16,7 @@ import (
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/promtest"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/status"
 )
@@ -178,22 +179,22 @@ func TestNodeSeries(t *testing.T) {
 	f := newFixture(t)
 	f.absent(t, "sriov_stable_doctor_up")
 	at := time.Unix(1_700_000_100, 0)
-	finding := doctor.Finding{Check: doctor.CheckGUIDInvalid, Severity: doctor.SeverityError, Subject: "0000:18:00.2"}
+	zero := doctor.Finding{Check: finding.CheckGUIDInvalid, Severity: doctor.SeverityError, Subject: "0000:18:00.2"}
 	f.src.set(func(s *sources) {
 		// The same check, severity and subject twice (a VF's node and
 		// port GUID): one series.
-		s.node = status.Node{At: at, Report: &doctor.Report{PFs: 8, VFs: 64, Findings: []doctor.Finding{finding, finding}}}
+		s.node = status.Node{At: at, Report: &doctor.Report{PFs: 8, VFs: 64, Findings: []doctor.Finding{zero, zero}}}
 	})
 	promtest.Want(t, f.reg, 8, "sriov_stable_doctor_functions", "kind", "pf")
 	promtest.Want(t, f.reg, 64, "sriov_stable_doctor_functions", "kind", "vf")
 	promtest.Want(t, f.reg, 1, "sriov_stable_doctor_up")
 	promtest.Want(t, f.reg, 1_700_000_100, "sriov_stable_doctor_last_run_timestamp_seconds")
-	promtest.Want(t, f.reg, 1, "sriov_stable_doctor_finding", "check", doctor.CheckGUIDInvalid, "severity", "error", "subject", "0000:18:00.2")
+	promtest.Want(t, f.reg, 1, "sriov_stable_doctor_finding", "check", finding.CheckGUIDInvalid, "severity", "error", "subject", "0000:18:00.2")
 	promtest.Want(t, f.reg, 2, "sriov_stable_doctor_findings", "severity", "error")
 	promtest.Want(t, f.reg, 0, "sriov_stable_doctor_findings", "severity", "warning")
 
 	f.src.set(func(s *sources) { s.node = status.Node{At: at, Report: &doctor.Report{}} })
-	f.absent(t, "sriov_stable_doctor_finding", "check", doctor.CheckGUIDInvalid, "severity", "error", "subject", "0000:18:00.2")
+	f.absent(t, "sriov_stable_doctor_finding", "check", finding.CheckGUIDInvalid, "severity", "error", "subject", "0000:18:00.2")
 	promtest.Want(t, f.reg, 0, "sriov_stable_doctor_findings", "severity", "error")
 
 	f.src.set(func(s *sources) { s.node = status.Node{At: at, Err: errors.New("no sysfs")} })
@@ -219,7 +220,7 @@ func TestLabelsNotUTF8(t *testing.T) {
 		s.atts.DriftEvents = map[status.NetworkReason]uint64{
 			{Network: "ib-\xc3", Reason: drift.MTU}: 1, {Network: `ib-\xc3`, Reason: drift.MTU}: 2}
 		s.node = status.Node{At: time.Now(), Report: &doctor.Report{Findings: []doctor.Finding{
-			{Check: doctor.CheckSysfs, Severity: doctor.SeverityError, Subject: "0000:18:00.\xff"}}}}
+			{Check: finding.CheckSysfs, Severity: doctor.SeverityError, Subject: "0000:18:00.\xff"}}}}
 	})
 	rec := httptest.NewRecorder()
 	Handler(f.reg, Probes{Health: func() error { return nil }, Ready: func() error { return nil }}).
