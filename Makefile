@@ -9,7 +9,7 @@ GOBUILD  := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 
 export CGO_ENABLED := 0
 
-.PHONY: all build tools demo test test-quick test-unit test-integration vet fmt-check lab lab-soak cluster-e2e image bench soak fuzz clean
+.PHONY: all build tools demo test test-quick test-unit test-integration vet fmt-check lint lint-tool lab lab-soak cluster-e2e image bench soak fuzz clean
 
 all: build
 
@@ -46,8 +46,22 @@ test-unit:
 test-integration: build tools
 	TMPDIR=$(TEST_TMPDIR) CNI_TEST_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 20m ./integration/...
 
-## test-quick: vet, format, unit and privileged integration suites (no QEMU lab).
-test-quick: vet fmt-check test-unit test-integration
+## test-quick: vet, format, unit and privileged integration suites, lint (no QEMU lab).
+test-quick: vet fmt-check test-unit test-integration lint
+
+## lint: golangci-lint with .golangci.yml (netlink dumps through netlinksafe, funlen, dupl), at the pinned version,
+## built once into $(TOOLS_CACHE) (outside the repo; make test builds it in the background meanwhile).
+GOLANGCI_VERSION := v2.15.0
+TOOLS_CACHE      ?= /var/cache/sriov-stable-tools
+GOLANGCI         := $(TOOLS_CACHE)/golangci-lint-$(GOLANGCI_VERSION)/golangci-lint
+lint: lint-tool
+	$(GOLANGCI) run ./...
+
+## lint-tool: build the pinned golangci-lint unless cached; flock: one build at a time, a second caller waits for it.
+lint-tool:
+	@mkdir -p $(dir $(GOLANGCI))
+	@flock $(dir $(GOLANGCI)).lock sh -c '[ -x $(GOLANGCI) ] || { echo "building golangci-lint $(GOLANGCI_VERSION) into $(dir $(GOLANGCI))"; \
+		GOBIN=$(dir $(GOLANGCI)) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION); }'
 
 ## test: every test: test-quick, then the QEMU SR-IOV lab and the Kubernetes e2e, whose upstream components build
 ## meanwhile in the background at idle priority (integration/test-all.sh).

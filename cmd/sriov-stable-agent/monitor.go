@@ -111,10 +111,16 @@ func runMonitor(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err != nil {
 		return c.Fail(cmdline.ExitUsage, "%v", err)
 	}
+	return serve(ctx, c, a, *listen, log)
+}
+
+// serve runs the agent's sources and its HTTP exporter on listen until ctx
+// ends (SIGTERM) or the server fails, then stops both within stopTimeout.
+func serve(ctx context.Context, c *cmdline.Command, a *agent, listen string, log *slog.Logger) int {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), a.collector())
 
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return c.Fail(cmdline.ExitFailure, "listen for metrics: %v", err)
 	}

@@ -2,28 +2,25 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
-	"github.com/sriov-stable-cni/sriov-stable-cni/integration/promtext"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/promtext"
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil/agenttest"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
 
@@ -64,6 +61,8 @@ type driftResult struct {
 	idleWindow    time.Duration
 	idleDrift     int   // drift logged while idle (should be none)
 	rssKiB        int64 // VmRSS after the idle window
+	anonKiB       int64 // its anonymous part (RssAnon): heap, stacks
+	fileKiB       int64 // its file-backed part (RssFile): the binary's pages
 	hwmKiB        int64 // VmHWM at the end
 	sockets       int   // netlink sockets the agent held with every attachment in place
 	subscriptions float64
@@ -155,7 +154,7 @@ func driftSection(tb *harness.ProgramTB, o options) *driftResult {
 	})
 	r.free = vfs - len(n.slots)
 
-	m := ag.scrape(tb)
+	m := ag.Scrape(tb)
 	r.sockets, r.subscriptions = ag.netlinkSockets(tb), m["sriov_stable_event_subscriptions"]
 	tb.Logf("bench: drift monitor: idle for %s", o.driftIdle)
 	before := ag.cpu(tb)
@@ -165,6 +164,7 @@ func driftSection(tb *harness.ProgramTB, o options) *driftResult {
 	r.idleWindow = o.driftIdle
 	r.idleDrift = ag.log.count("drift detected") - detected
 	r.rssKiB = ag.status(tb, "VmRSS")
+	r.anonKiB, r.fileKiB = ag.status(tb, "RssAnon"), ag.status(tb, "RssFile")
 
 	tb.Logf("bench: drift monitor: %d free VFs' ports down, one at a time", len(n.free))
 	for _, s := range n.free {
@@ -265,7 +265,7 @@ func change(tb *harness.ProgramTB, kind string, s *driftSlot, n *driftNode) (do,
 	withVF := func(fn func(l netlink.Link) error) func() {
 		return func() {
 			err := s.pod.Do(func(ns.NetNS) error {
-				l, err := netlink.LinkByName("net1")
+				l, err := netlinksafe.LinkByName("net1")
 				if err != nil {
 					return err
 				}
@@ -356,78 +356,32 @@ func collect(seen []<-chan time.Time, starts []time.Time, timeout time.Duration)
 	return lat, missed
 }
 
-// benchAgent is one `sriov-stable-agent monitor` process.
+// benchAgent is one `sriov-stable-agent monitor` process, run by the
+// shared harness; its log lines also feed log, which times their arrival.
 type benchAgent struct {
-	cmd    *exec.Cmd
-	listen string
-	log    *agentLog
-	exited chan error
-	rng    *rand.Rand
+	*agenttest.Agent
+	log *agentLog
+	rng *rand.Rand
 }
 
 func startBenchAgent(tb *harness.ProgramTB, o options, n *driftNode, listen string, extra ...string) *benchAgent {
-	args := append([]string{"monitor", "--state-dir", n.stateDir, "--sysfs-root", n.sys.Root, "--listen", listen,
+	args := append([]string{"monitor", "--state-dir", n.stateDir, "--sysfs-root", n.sys.Root,
 		"--doctor-interval", "0", "--kmsg", "", "--log-level", "info"}, extra...)
-	a := &benchAgent{cmd: exec.Command(filepath.Join(o.binDir, agent), args...), listen: listen, log: newAgentLog(), exited: make(chan error, 1),
-		rng: rand.New(rand.NewPCG(o.seed, 17))}
-	// The agent holds sockets in the bench's namespaces: it must not
-	// outlive the bench, however the bench ends. The parent-death signal
-	// follows the thread that started it, so that thread is kept (locked,
-	// waiting) for the agent's lifetime.
-	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stderr, err := a.cmd.StderrPipe()
-	if err != nil {
-		tb.Fatalf("agent: %v", err)
-	}
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := a.cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		a.exited <- a.cmd.Wait()
-	}()
-	if err := <-started; err != nil {
-		tb.Fatalf("start the agent: %v", err)
-	}
-	go a.log.read(stderr)
-	tb.Cleanup(func() { _ = a.cmd.Process.Kill() })
+	a := &benchAgent{log: newAgentLog(), rng: rand.New(rand.NewPCG(o.seed, 17))}
+	r, w := io.Pipe()
+	go a.log.read(r)
+	a.Agent = agenttest.Start(tb, filepath.Join(o.binDir, agent), args, agenttest.Options{Listen: listen, Output: w})
 	return a
 }
 
 func (a *benchAgent) stop(tb *harness.ProgramTB) {
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-a.exited:
-		if err != nil {
-			tb.Fatalf("the agent exited with %v after SIGTERM:\n%s", err, a.log.tail(20))
-		}
-	case <-time.After(20 * time.Second):
-		tb.Fatalf("the agent did not stop within 20s of SIGTERM")
+	if err := a.Stop(); err != nil {
+		tb.Fatalf("%v", err)
 	}
-}
-
-func (a *benchAgent) scrape(tb *harness.ProgramTB) promtext.Metrics {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.listen+"/metrics", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return nil
-	}
-	return promtext.Parse(string(b))
 }
 
 func (a *benchAgent) waitMetric(tb *harness.ProgramTB, what string, timeout time.Duration, cond func(promtext.Metrics) bool) {
-	if !a.pollMetric(tb, timeout, cond) {
+	if _, ok := a.Poll(tb, timeout, cond); !ok {
 		tb.Fatalf("the agent: no %s within %s:\n%s", what, timeout, a.log.tail(20))
 	}
 }
@@ -435,25 +389,12 @@ func (a *benchAgent) waitMetric(tb *harness.ProgramTB, what string, timeout time
 // pollMetric scrapes every 20 ms until cond holds (true) or timeout passes
 // (false); the agent exiting meanwhile ends the bench.
 func (a *benchAgent) pollMetric(tb *harness.ProgramTB, timeout time.Duration, cond func(promtext.Metrics) bool) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if m := a.scrape(tb); m != nil && cond(m) {
-			return true
-		}
-		select {
-		case err := <-a.exited:
-			tb.Fatalf("the agent exited (%v):\n%s", err, a.log.tail(20))
-		default:
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	_, ok := a.Poll(tb, timeout, cond)
+	return ok
 }
 
 func (a *benchAgent) netlinkSockets(tb *harness.ProgramTB) int {
-	n, err := testutil.NetlinkSockets(a.cmd.Process.Pid)
+	n, err := testutil.NetlinkSockets(a.Pid())
 	if err != nil {
 		tb.Fatalf("count the agent's netlink sockets: %v", err)
 	}
@@ -462,7 +403,7 @@ func (a *benchAgent) netlinkSockets(tb *harness.ProgramTB) int {
 
 // cpu is the agent's user+system CPU time so far, from /proc/PID/stat.
 func (a *benchAgent) cpu(tb *harness.ProgramTB) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", a.cmd.Process.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", a.Pid()))
 	if err != nil {
 		tb.Fatalf("agent CPU: %v", err)
 	}
@@ -476,7 +417,7 @@ func (a *benchAgent) cpu(tb *harness.ProgramTB) time.Duration {
 
 // status reads one kB field of /proc/PID/status.
 func (a *benchAgent) status(tb *harness.ProgramTB, field string) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", a.cmd.Process.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", a.Pid()))
 	if err != nil {
 		tb.Fatalf("agent status: %v", err)
 	}
@@ -640,7 +581,8 @@ func (r *driftResult) targets() []target {
 		target{fmt.Sprintf("agent idle with %d attachments and %d free VFs ≤ 1%% of one core", r.attachments, r.free),
 			fmt.Sprintf("%.2f%% (±%.2f%%, one clock tick) over %s", 100*r.idleCPU, 100*tick, r.idleWindow), r.idleWindow > 0 && r.idleCPU+tick <= 0.01},
 		target{fmt.Sprintf("agent RSS with %d attachments and %d free VFs ≤ 40 MiB", r.attachments, r.free),
-			fmt.Sprintf("%.1f MiB after the idle window (peak over the section %.1f MiB)", float64(r.rssKiB)/1024, float64(r.hwmKiB)/1024),
+			fmt.Sprintf("%.1f MiB after the idle window (%.1f anonymous, %.1f the binary's pages; peak over the section %.1f MiB)",
+				float64(r.rssKiB)/1024, float64(r.anonKiB)/1024, float64(r.fileKiB)/1024, float64(r.hwmKiB)/1024),
 			r.rssKiB > 0 && r.rssKiB <= 40*1024},
 		target{"free VF port down → its finding served: p99 ≤ 2 s, none missed", freeFigure(r),
 			len(r.freeDown) > 0 && freeHi(r) <= 2*time.Second && r.freeMissed == 0},
@@ -681,6 +623,7 @@ func (r *driftResult) print(w io.Writer) {
 		"on /metrics after p50 %s ms, p99 %s ms, max %s ms (%d missed); the node checks run with the shipped `--doctor-interval=5m`, so this is "+
 		"the port watcher's doing.\n", r.free, ms(median(r.freeDown)), ms(quantile(r.freeDown, 0.99)), ms(quantile(r.freeDown, 1)), r.freeMissed)
 	fmt.Fprintf(w, "\nIdle, with every attachment and free VF in place: the agent used %.2f%% of one core over %s (%d drift logged meanwhile), "+
-		"RSS %.1f MiB (peak %.1f MiB over the section), and held %d netlink sockets for %d attachments (%d after DEL of all).\n",
-		100*r.idleCPU, r.idleWindow, r.idleDrift, float64(r.rssKiB)/1024, float64(r.hwmKiB)/1024, r.sockets, r.attachments, r.socketsAfter)
+		"RSS %.1f MiB (%.1f MiB anonymous, %.1f MiB file-backed; peak %.1f MiB over the section), and held %d netlink sockets for %d attachments (%d after DEL of all).\n",
+		100*r.idleCPU, r.idleWindow, r.idleDrift, float64(r.rssKiB)/1024, float64(r.anonKiB)/1024, float64(r.fileKiB)/1024,
+		float64(r.hwmKiB)/1024, r.sockets, r.attachments, r.socketsAfter)
 }

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -163,7 +164,7 @@ func detachMounts(dir string) error {
 // rule sees it). Pods need no such route: their packets are translated as
 // they arrive on the bridge, before routing.
 func nodeAddress() error {
-	lo, err := netlink.LinkByName("lo")
+	lo, err := netlinksafe.LinkByName("lo")
 	if err != nil {
 		return err
 	}

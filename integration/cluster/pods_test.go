@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	"github.com/vishvananda/netlink"
@@ -202,11 +203,11 @@ func (c *cluster) podNetns(p *corev1.Pod) (string, error) {
 	var found []string
 	for _, path := range paths {
 		_ = ns.WithNetNSPath(path, func(ns.NetNS) error {
-			l, err := netlink.LinkByName("eth0")
+			l, err := netlinksafe.LinkByName("eth0")
 			if err != nil {
 				return nil
 			}
-			addrs, _ := netlink.AddrList(l, netlink.FAMILY_V4)
+			addrs, _ := netlinksafe.AddrList(l, netlink.FAMILY_V4)
 			for _, a := range addrs {
 				if a.IP.Equal(ip) {
 					found = append(found, path)
@@ -225,7 +226,7 @@ func (c *cluster) podNetns(p *corev1.Pod) (string, error) {
 func linkIn(netnsPath, name string) (netlink.Link, error) {
 	var link netlink.Link
 	err := ns.WithNetNSPath(netnsPath, func(ns.NetNS) error {
-		l, err := netlink.LinkByName(name)
+		l, err := netlinksafe.LinkByName(name)
 		var nf netlink.LinkNotFoundError
 		if errors.As(err, &nf) {
 			return nil
@@ -240,7 +241,7 @@ func linkIn(netnsPath, name string) (netlink.Link, error) {
 // pod would (down, rename, up).
 func renameIn(netnsPath, from, to string) error {
 	return ns.WithNetNSPath(netnsPath, func(ns.NetNS) error {
-		l, err := netlink.LinkByName(from)
+		l, err := netlinksafe.LinkByName(from)
 		if err != nil {
 			return err
 		}

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
@@ -165,7 +166,7 @@ func (c *cluster) inClusterPath(ctx context.Context, ds *corev1.Pod) (string, er
 		return "", fmt.Errorf("the agent (pid %d) has KUBERNETES_SERVICE_HOST=%q KUBERNETES_SERVICE_PORT=%q, not the kubernetes Service's %s:%d",
 			pid, env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"], vip, port)
 	}
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	addrs, err := netlinksafe.AddrList(nil, netlink.FAMILY_ALL)
 	if err != nil {
 		return "", err
 	}

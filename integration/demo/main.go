@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -119,17 +120,20 @@ func demo(tb *harness.ProgramTB, bins string) {
 	recs, _ := filepath.Glob(filepath.Join(stateDir, "attachments", "*.json"))
 	say("host has %s again; pod holds: %s; records left: %d", sv.Host, linkSummary(tb, pod), len(recs))
 
+	zeroGUID(tb, bins, ours)
+}
+
+// zeroGUID is the demo's last step: the same chain on a VF whose GUID is
+// all zeros, refused at ADD and given back at DEL.
+func zeroGUID(tb *harness.ProgramTB, bins string, ours map[string]any) {
 	step(6, "A VF whose GUID came up all zeros (%s, mlx5_11) is refused at ADD", vf2)
 	sv2 := testutil.NewStandIn(tb, "ibs9f0v1", vf2, true)
-	ours2 := map[string]any{}
-	for k, v := range ours {
-		ours2[k] = v
-	}
+	ours2 := maps.Clone(ours)
 	ours2["deviceID"], ours2["pciBusID"] = vf2, vf2
 	chain2 := harness.NewChain(tb, bins, harness.ConfList("1.1.0", "ib-vfs", map[string]any{"type": "host-device", "device": sv2.Host}, ours2))
 	pod2 := testutil.NewNetns(tb)
 	rt2 := harness.Runtime("pod-b", pod2, "net1", nil)
-	_, err = chain2.Add(rt2)
+	_, err := chain2.Add(rt2)
 	if harness.ErrCode(err) != 102 {
 		tb.Fatalf("ADD with zero GUID: got %v, want error 102", err)
 	}

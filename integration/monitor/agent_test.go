@@ -2,17 +2,12 @@ package monitor_test
 
 import (
 	"bufio"
-	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,8 +15,10 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
-	"github.com/sriov-stable-cni/sriov-stable-cni/integration/promtext"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/promtext"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile/safefiletest"
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil/agenttest"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
 
@@ -126,15 +123,14 @@ func driftTransitions(t *testing.T, s *syncBuffer) map[string]int {
 	return counts
 }
 
+// agent is the agent under test, run by the shared harness; its methods
+// end the test t on failure.
 type agent struct {
+	*agenttest.Agent
 	t    *testing.T
-	url  string
 	logs *syncBuffer
 	pid  int
-	cmd  *exec.Cmd
-	// exited receives the agent's exit, once; stopped is set after it.
-	exited  chan error
-	stopped bool
+	url  string
 }
 
 // agentBin is bin/sriov-stable-agent from `make build` ($CNI_TEST_BIN_DIR),
@@ -167,109 +163,52 @@ func startAgent(t *testing.T, n *node, extra ...string) *agent {
 }
 
 // startAgentWith runs the agent with only the capabilities caps (setpriv
-// names) and the given flags after the common ones.
+// names: those the DaemonSet grants it, SYS_ADMIN for setns and NET_ADMIN
+// too where it repairs, as the manifest in deploy/monitor claims is
+// enough) and the given flags after the common ones.
 func startAgentWith(t *testing.T, n *node, caps []string, extra ...string) *agent {
 	t.Helper()
-	a := &agent{t: t, url: "http://" + listen, logs: &syncBuffer{}}
 	args := append([]string{"monitor",
-		"--state-dir", n.stateDir, "--sysfs-root", n.sys.Root, "--listen", listen,
+		"--state-dir", n.stateDir, "--sysfs-root", n.sys.Root,
 		"--check-timeout", "100ms", "--stale-grace", "1s",
 		"--doctor-interval", interval.String(), "--kmsg", "", "--log-level", "info",
 	}, extra...)
-	// Run it with only the capabilities the DaemonSet grants it (SYS_ADMIN,
-	// for setns; NET_ADMIN too where it repairs), as the manifest in
-	// deploy/monitor claims is enough.
-	argv := append([]string{agentBin(t)}, args...)
-	if setpriv, err := exec.LookPath("setpriv"); err == nil {
-		argv = append([]string{setpriv, "--bounding-set=-all,+" + strings.Join(caps, ",+"), "--inh-caps=-all", "--"}, argv...)
-	} else {
-		t.Logf("no setpriv here (%v): the agent runs with every capability", err)
-	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = a.logs, a.logs
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start agent: %v", err)
-	}
-	a.pid = cmd.Process.Pid // setpriv execs the agent: same process
-	a.cmd, a.exited = cmd, make(chan error, 1)
-	go func() { a.exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if !a.stopped {
-			a.terminate(10 * time.Second)
-		}
-		if t.Failed() {
-			t.Logf("agent log:\n%s", a.logs)
-		}
-	})
-	a.waitFor("the agent to be ready", func(metrics) bool {
-		code, _ := a.get("/readyz")
-		return code == http.StatusOK
-	})
-	return a
+	ag := agenttest.Start(t, agentBin(t), args, agenttest.Options{Listen: listen, Caps: caps, StopTimeout: 10 * time.Second})
+	return &agent{Agent: ag, t: t, logs: ag.Logs(), pid: ag.Pid(), url: ag.URL()}
 }
 
 // terminate sends the agent SIGTERM, as the kubelet does, and returns how
 // long it took to exit; it must exit 0 within limit, else it is killed.
 func (a *agent) terminate(limit time.Duration) time.Duration {
 	a.t.Helper()
-	a.stopped = true
-	start := time.Now()
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-a.exited:
-		if err != nil {
-			a.t.Errorf("agent exited with %v after SIGTERM\n%s", err, a.logs)
-		}
-	case <-time.After(limit):
-		_ = a.cmd.Process.Kill()
-		<-a.exited
-		a.t.Errorf("agent did not stop within %s of SIGTERM\n%s", limit, a.logs)
+	took, err := a.StopWithin(limit)
+	if err != nil {
+		a.t.Error(err)
 	}
-	return time.Since(start)
+	return took
 }
 
 func (a *agent) get(path string) (int, string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, a.url+path, nil)
-	resp, err := http.DefaultClient.Do(req)
+	code, body, err := a.Get(path)
 	if err != nil {
 		return 0, err.Error()
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return code, body
 }
 
 type metrics = promtext.Metrics
 
 func (a *agent) scrape() metrics {
 	a.t.Helper()
-	code, body := a.get("/metrics")
-	if code != http.StatusOK {
-		a.t.Fatalf("GET /metrics: %d %s", code, body)
-	}
-	return promtext.Parse(body)
+	return a.Scrape(a.t)
 }
 
 // waitFor polls /metrics until cond holds, for at most 15s (the machine is
 // shared; the sweep-count assertions below are what bound the latency).
 func (a *agent) waitFor(what string, cond func(metrics) bool) metrics {
 	a.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		var m metrics
-		if code, body := a.get("/metrics"); code == http.StatusOK {
-			m = promtext.Parse(body)
-		}
-		if m != nil && cond(m) {
-			return m
-		}
-		if time.Now().After(deadline) {
-			a.t.Fatalf("timed out waiting for %s\nlast scrape: %v\nagent log:\n%s", what, m, a.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	m, _ := a.WaitFor(a.t, what, 15*time.Second, cond)
+	return m
 }
 
 const sweeps = "sriov_stable_sweeps_total"
@@ -329,7 +268,7 @@ func TestMonitorEndToEnd(t *testing.T) {
 	//    caught within one interval. (A read that blocks is
 	//    TestAgentBesideAStuckPortRead's: only the kept-open port files can
 	//    block, and only when opened on the FIFO.)
-	unblock := hangSysfsRead(t, n.sys.DevicePath(testutil.VFAddr(rdmaVF))+"/infiniband/mlx5_11/node_guid")
+	unblock := safefiletest.FIFOAt(t, n.sys.DevicePath(testutil.VFAddr(rdmaVF))+"/infiniband/mlx5_11/node_guid", false)
 	a.waitFor("the unreadable attachment to be unknown", func(m metrics) bool {
 		return m["sriov_stable_check_errors_total"] >= 1 && m[attachments("unknown")] == 1
 	})
@@ -391,49 +330,6 @@ func TestMonitorEndToEnd(t *testing.T) {
 	}
 
 	checkDocumentedSeries(t, a)
-}
-
-// hangSysfsRead replaces a sysfs attribute with a FIFO, whose read would
-// block until a writer comes (sysfs reads refuse it: not a regular file),
-// and returns the function that restores the file and releases any reader.
-func hangSysfsRead(t *testing.T, path string) (unblock func()) {
-	t.Helper()
-	content, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	held := path + ".held"
-	if err := os.Remove(path); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mkfifo(path, 0o644); err != nil {
-		t.Fatalf("mkfifo: %v", err)
-	}
-	if err := os.Link(path, held); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	unblock = func() {
-		once.Do(func() {
-			// Put the regular file back first, so no new check opens the FIFO,
-			// then feed the reader that is blocked on it.
-			tmp := path + ".tmp"
-			if err := os.WriteFile(tmp, content, 0o644); err != nil {
-				t.Error(err)
-			}
-			if err := os.Rename(tmp, path); err != nil {
-				t.Error(err)
-			}
-			f, err := os.OpenFile(held, os.O_WRONLY|syscall.O_NONBLOCK, 0)
-			if err == nil {
-				_, _ = f.Write(content)
-				f.Close()
-			}
-			os.Remove(held)
-		})
-	}
-	t.Cleanup(unblock)
-	return unblock
 }
 
 // checkDocumentedSeries scrapes /metrics with curl, as an operator or

@@ -5,10 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
-	"github.com/sriov-stable-cni/sriov-stable-cni/integration/promtext"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/promtext"
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
@@ -50,7 +51,7 @@ func TestMonitorEventsAndRepairs(t *testing.T) {
 	alt := n.vfs[2].AltName
 	start = time.Now()
 	err := n.pods[2].Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName("net1")
+		l, err := netlinksafe.LinkByName("net1")
 		if err != nil {
 			return err
 		}

@@ -10,13 +10,13 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile/safefiletest"
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/promexport"
 )
@@ -60,42 +60,6 @@ func readShipped(t *testing.T) shipped {
 	return s
 }
 
-// holdFIFO replaces the sysfs attribute at path with a FIFO that the test
-// holds open and never writes: opening it returns, reading it does not, as
-// a port-state read of a wedged HCA does not. At cleanup the file comes
-// back and every blocked reader gets end of file.
-//
-// Once sysfs reads refuse files that are not regular (issue 24, A1), the
-// FIFO is refused instead of read; what the test asserts holds either way.
-func holdFIFO(t *testing.T, path string) {
-	t.Helper()
-	content, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fifo := path + ".fifo"
-	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
-		t.Fatalf("mkfifo: %v", err)
-	}
-	w, err := os.OpenFile(fifo, os.O_RDWR, 0) // a FIFO opened read-write waits for no one
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(fifo, path); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	t.Cleanup(func() {
-		once.Do(func() {
-			tmp := path + ".tmp"
-			if err := os.WriteFile(tmp, content, 0o644); err == nil {
-				_ = os.Rename(tmp, path)
-			}
-			w.Close()
-		})
-	})
-}
-
 // A port-state read that never returns stops that VF's checks only: the
 // agent goes on checking the others (a rename elsewhere is seen within an
 // interval), /healthz answers 200 and names the VF, and SIGTERM ends the
@@ -107,7 +71,7 @@ func TestAgentBesideAStuckPortRead(t *testing.T) {
 	for i := range 3 {
 		n.attach(i)
 	}
-	holdFIFO(t, filepath.Join(n.sys.DevicePath(testutil.VFAddr(rdmaVF)), "infiniband", "mlx5_11", "ports", "1", "state"))
+	safefiletest.FIFOAt(t, filepath.Join(n.sys.DevicePath(testutil.VFAddr(rdmaVF)), "infiniband", "mlx5_11", "ports", "1", "state"), true)
 	a := startAgent(t, n)
 	a.waitFor("two healthy attachments beside the stuck one", func(m metrics) bool {
 		return m[attachments("ok")] == 2 && m[attachments("unknown")] == 1

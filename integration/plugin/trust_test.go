@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
-	"github.com/vishvananda/netlink"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/harness"
 )
@@ -76,7 +76,7 @@ func TestHostNetnsIsNeverActedIn(t *testing.T) {
 // altnames, state.
 func hostLinks(t *testing.T) []string {
 	t.Helper()
-	links, err := netlink.LinkList()
+	links, err := netlinksafe.LinkList()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
@@ -88,13 +89,13 @@ func (n *node) respawn(i int) *testutil.StandIn {
 	}
 	n.t.Cleanup(func() {
 		_ = s.Wire.Do(func(ns.NetNS) error {
-			if l, err := netlink.LinkByName(s.Peer); err == nil {
+			if l, err := netlinksafe.LinkByName(s.Peer); err == nil {
 				return netlink.LinkDel(l)
 			}
 			return nil
 		})
 	})
-	l, err := netlink.LinkByName(s.Host)
+	l, err := netlinksafe.LinkByName(s.Host)
 	if err != nil {
 		n.t.Fatalf("respawned stand-in %s: %v", s.Host, err)
 	}
@@ -281,7 +282,7 @@ func prevFor(pod ns.NetNS, ifName, mac string) *current.Result {
 // two pods can each hold a link that claims the same VF).
 func placeInPod(t testing.TB, s *testutil.StandIn, pod ns.NetNS, name string, withAlt bool) netlink.Link {
 	t.Helper()
-	l, err := netlink.LinkByName(s.Host)
+	l, err := netlinksafe.LinkByName(s.Host)
 	if err != nil {
 		t.Fatalf("stand-in %s: %v", s.Host, err)
 	}
@@ -290,7 +291,7 @@ func placeInPod(t testing.TB, s *testutil.StandIn, pod ns.NetNS, name string, wi
 	}
 	var out netlink.Link
 	err = pod.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName(s.Host)
+		l, err := netlinksafe.LinkByName(s.Host)
 		if err != nil {
 			return err
 		}
@@ -305,7 +306,7 @@ func placeInPod(t testing.TB, s *testutil.StandIn, pod ns.NetNS, name string, wi
 		if err := netlink.LinkSetUp(l); err != nil {
 			return err
 		}
-		out, err = netlink.LinkByName(name)
+		out, err = netlinksafe.LinkByName(name)
 		return err
 	})
 	if err != nil {
@@ -327,7 +328,7 @@ func linkStates(t testing.TB, in ns.NetNS) []linkState {
 	t.Helper()
 	var out []linkState
 	read := func() error {
-		links, err := netlink.LinkList()
+		links, err := netlinksafe.LinkList()
 		if err != nil {
 			return err
 		}

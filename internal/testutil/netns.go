@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
@@ -54,7 +55,7 @@ func RemoveNetns(tb NetnsTB, n ns.NetNS) {
 func DeleteLinkIn(tb NetnsTB, n ns.NetNS, name string) {
 	tb.Helper()
 	err := n.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName(name)
+		l, err := netlinksafe.LinkByName(name)
 		if err != nil {
 			return err
 		}
@@ -91,13 +92,13 @@ func NewStandIn(tb NetnsTB, host, pci string, altName bool) *StandIn {
 	tb.Cleanup(func() {
 		// Deleting the peer removes whichever end is left, wherever it is.
 		_ = wire.Do(func(ns.NetNS) error {
-			if l, err := netlink.LinkByName(s.Peer); err == nil {
+			if l, err := netlinksafe.LinkByName(s.Peer); err == nil {
 				return netlink.LinkDel(l)
 			}
 			return nil
 		})
 	})
-	l, err := netlink.LinkByName(host)
+	l, err := netlinksafe.LinkByName(host)
 	if err != nil {
 		tb.Fatalf("stand-in %s: %v", host, err)
 	}
@@ -114,7 +115,7 @@ func NewStandIn(tb NetnsTB, host, pci string, altName bool) *StandIn {
 func (s *StandIn) SetCarrier(tb NetnsTB, up bool) {
 	tb.Helper()
 	err := s.Wire.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName(s.Peer)
+		l, err := netlinksafe.LinkByName(s.Peer)
 		if err != nil {
 			return err
 		}
@@ -133,7 +134,7 @@ func LinksIn(tb NetnsTB, n ns.NetNS) []string {
 	tb.Helper()
 	var names []string
 	err := n.Do(func(ns.NetNS) error {
-		links, err := netlink.LinkList()
+		links, err := netlinksafe.LinkList()
 		for _, l := range links {
 			names = append(names, l.Attrs().Name)
 		}
@@ -150,7 +151,7 @@ func LinkIn(tb NetnsTB, n ns.NetNS, name string) netlink.Link {
 	tb.Helper()
 	var link netlink.Link
 	_ = n.Do(func(ns.NetNS) error {
-		link, _ = netlink.LinkByName(name)
+		link, _ = netlinksafe.LinkByName(name)
 		return nil
 	})
 	return link
@@ -160,7 +161,7 @@ func LinkIn(tb NetnsTB, n ns.NetNS, name string) netlink.Link {
 func RenameIn(tb NetnsTB, n ns.NetNS, from, to string) {
 	tb.Helper()
 	err := n.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName(from)
+		l, err := netlinksafe.LinkByName(from)
 		if err != nil {
 			return err
 		}
@@ -183,7 +184,7 @@ func RenameIn(tb NetnsTB, n ns.NetNS, from, to string) {
 
 // HostLink returns a link of the current (private host) netns, nil if absent.
 func HostLink(name string) netlink.Link {
-	l, _ := netlink.LinkByName(name)
+	l, _ := netlinksafe.LinkByName(name)
 	return l
 }
 

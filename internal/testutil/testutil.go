@@ -1,6 +1,9 @@
 // Package testutil is what the project's tests share and no product code
 // imports: the one policy for tests that need root, and the fixture's VF
-// addresses. (The netns and stand-in makers live in integration/harness.)
+// addresses, network namespaces and veth stand-ins for VFs, netlink socket
+// counts, the allowed fixture roots and a log sink safe for goroutines; its
+// subpackage agenttest runs the agent as a process. Hostile files (FIFOs,
+// links, sparse files) are internal/safefile/safefiletest's.
 package testutil
 
 import (

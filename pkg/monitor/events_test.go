@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
@@ -88,7 +89,7 @@ func (n *node) attach(i int, pod ns.NetNS) *podVF {
 	p := &podVF{pod: pod, index: i}
 	err := pod.Do(func(ns.NetNS) error {
 		p.vf = testutil.NewStandIn(t, "net1", testutil.VFAddr(i), true)
-		l, err := netlink.LinkByName("net1")
+		l, err := netlinksafe.LinkByName("net1")
 		if err != nil {
 			return err
 		}
@@ -190,7 +191,7 @@ func (n *node) driftOf(reason drift.Reason) float64 {
 func (p *podVF) in(t *testing.T, name string, fn func(l netlink.Link) error) {
 	t.Helper()
 	err := p.pod.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName(name)
+		l, err := netlinksafe.LinkByName(name)
 		if err != nil {
 			return err
 		}

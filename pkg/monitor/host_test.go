@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/google/go-cmp/cmp"
 	"github.com/vishvananda/netlink"
@@ -51,7 +52,7 @@ func hostLinks(t *testing.T, host ns.NetNS) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
 	err := host.Do(func(ns.NetNS) error {
-		links, err := netlink.LinkList()
+		links, err := netlinksafe.LinkList()
 		for _, l := range links {
 			if l.Type() == "veth" {
 				alts := slices.Clone(l.Attrs().AltNames)
@@ -101,7 +102,7 @@ func TestHostCleanup(t *testing.T) {
 			}
 		}
 		for name, alts := range map[string][]string{"net1": {stable(0), "rail0"}, "ibp24s0f0v3": {stable(3)}, "net3": {"net4"}} {
-			l, err := netlink.LinkByName(name)
+			l, err := netlinksafe.LinkByName(name)
 			if err != nil {
 				return err
 			}

@@ -5,77 +5,16 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile/safefiletest"
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 )
-
-// fifoAt replaces the file at path with a FIFO, so that a read of it does
-// not return, as a port-state read of a wedged HCA does not: with writer,
-// something holds the FIFO open and never writes (open returns, read
-// blocks); without, nothing opened it (open itself blocks). release, also
-// run at cleanup, puts the file back and lets every blocked reader go.
-//
-// Once sysfs reads refuse files that are not regular (issue 24, A1), the
-// FIFO is refused instead of read: the tests using this assert what holds
-// either way, that the agent goes on for every other VF and names this
-// one.
-func fifoAt(t *testing.T, path string, writer bool) (release func()) {
-	t.Helper()
-	content, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	held := path + ".fifo"
-	if err := syscall.Mkfifo(held, 0o644); err != nil {
-		t.Fatalf("mkfifo: %v", err)
-	}
-	var w *os.File
-	if writer {
-		// O_RDWR opens a FIFO without waiting for a reader.
-		if w, err = os.OpenFile(held, os.O_RDWR, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Rename(held, path); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Link(path, held); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	release = func() {
-		once.Do(func() {
-			// The regular file first, so nothing opens the FIFO again; then
-			// a writer comes and goes: readers blocked in open or read get
-			// end of file.
-			tmp := path + ".tmp"
-			if err := os.WriteFile(tmp, content, 0o644); err != nil {
-				t.Error(err)
-			}
-			if err := os.Rename(tmp, path); err != nil {
-				t.Error(err)
-			}
-			if f, err := os.OpenFile(held, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
-				f.Close()
-			}
-			if w != nil {
-				w.Close()
-			}
-			os.Remove(held)
-		})
-	}
-	t.Cleanup(release)
-	return release
-}
 
 // healthz answers GET /healthz from the monitor's handler.
 func healthz(t *testing.T, f *fixture) (int, string) {
@@ -105,7 +44,7 @@ func TestStuckPortReadStallsOnlyItsVF(t *testing.T) {
 			n := newNode(t, Config{Interval: 300 * time.Millisecond, CheckTimeout: 100 * time.Millisecond,
 				PollInterval: 50 * time.Millisecond}, 4)
 			stuck := n.pods[1] // an RDMA VF
-			fifoAt(t, filepath.Join(n.sys.RDMAPath(stuck.rec.PCI, stuck.rec.RDMA[0]), "ports", "1", "state"), tc.writer)
+			safefiletest.FIFOAt(t, filepath.Join(n.sys.RDMAPath(stuck.rec.PCI, stuck.rec.RDMA[0]), "ports", "1", "state"), tc.writer)
 			stop := n.start()
 
 			n.waitFor("the other three attachments checked and ok", 5*time.Second, func() bool {

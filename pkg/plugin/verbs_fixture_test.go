@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
@@ -109,7 +110,7 @@ func (f *fixture) inHost(t *testing.T, fn func()) {
 func (f *fixture) moveIn(t *testing.T, pod ns.NetNS, name string) {
 	t.Helper()
 	f.inHost(t, func() {
-		l, err := netlink.LinkByName(f.vf.NetDev)
+		l, err := netlinksafe.LinkByName(f.vf.NetDev)
 		if err == nil {
 			err = netlink.LinkSetAlias(l, f.vf.NetDev)
 		}
@@ -132,7 +133,7 @@ func (f *fixture) moveIn(t *testing.T, pod ns.NetNS, name string) {
 func moveBetween(t *testing.T, from, to ns.NetNS, name, newName string) {
 	t.Helper()
 	err := from.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName(name)
+		l, err := netlinksafe.LinkByName(name)
 		if err != nil {
 			return err
 		}
@@ -147,7 +148,7 @@ func moveBetween(t *testing.T, from, to ns.NetNS, name, newName string) {
 func renameUp(t *testing.T, n ns.NetNS, from, to string) {
 	t.Helper()
 	err := n.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName(from)
+		l, err := netlinksafe.LinkByName(from)
 		if err != nil {
 			return err
 		}
@@ -185,7 +186,7 @@ func addVeth(t *testing.T, n ns.NetNS, name string) {
 func withLink(t *testing.T, n ns.NetNS, name string, fn func(netlink.Link) error) {
 	t.Helper()
 	inNetns(t, n, func() error {
-		l, err := netlink.LinkByName(name)
+		l, err := netlinksafe.LinkByName(name)
 		if err != nil {
 			return err
 		}
@@ -209,7 +210,7 @@ func links(t *testing.T, n ns.NetNS) []linkState {
 	t.Helper()
 	var out []linkState
 	inNetns(t, n, func() error {
-		ls, err := netlink.LinkList()
+		ls, err := netlinksafe.LinkList()
 		for _, l := range ls {
 			a := l.Attrs()
 			alt := slices.Sorted(slices.Values(a.AltNames))

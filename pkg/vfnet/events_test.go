@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
@@ -77,7 +78,7 @@ func TestWatchLinks(t *testing.T) {
 		}
 	}
 	link := func(name string) netlink.Link {
-		l, err := netlink.LinkByName(name)
+		l, err := netlinksafe.LinkByName(name)
 		if err != nil {
 			t.Fatal(err)
 		}

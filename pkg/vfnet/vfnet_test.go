@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -42,7 +43,7 @@ func addVeth(t *testing.T, target ns.NetNS, a, b string) {
 			return err
 		}
 		for _, name := range []string{a, b} {
-			l, err := netlink.LinkByName(name)
+			l, err := netlinksafe.LinkByName(name)
 			if err != nil {
 				return err
 			}
@@ -95,7 +96,7 @@ func TestInNetnsRunsAtHome(t *testing.T) {
 	// A macvlan has no PCI parent and is not a veth: Locate asks ethtool
 	// for its bus-info inside the netns.
 	err := target.Do(func(ns.NetNS) error {
-		parent, err := netlink.LinkByName("inside1")
+		parent, err := netlinksafe.LinkByName("inside1")
 		if err != nil {
 			return err
 		}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"golang.org/x/sys/unix"
 )
 
@@ -84,8 +84,8 @@ func unloadRDMA() error {
 
 // withRDMAHandle runs f with a NETLINK_RDMA handle of the test's own netns,
 // closed afterwards: an open RDMA netlink socket pins ib_core in the kernel.
-func withRDMAHandle(f func(h *netlink.Handle) error) error {
-	h, err := netlink.NewHandle(unix.NETLINK_RDMA)
+func withRDMAHandle(f func(h netlinksafe.Handle) error) error {
+	h, err := netlinksafe.NewHandle(unix.NETLINK_RDMA)
 	if err != nil {
 		return fmt.Errorf("RDMA netlink handle: %w", err)
 	}
@@ -97,7 +97,7 @@ func withRDMAHandle(f func(h *netlink.Handle) error) error {
 // Equivalent to: rdma system show netns
 func rdmaNetnsMode() (string, error) {
 	var mode string
-	err := withRDMAHandle(func(h *netlink.Handle) (err error) {
+	err := withRDMAHandle(func(h netlinksafe.Handle) (err error) {
 		mode, err = h.RdmaSystemGetNetnsMode()
 		return err
 	})

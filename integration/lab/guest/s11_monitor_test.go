@@ -3,19 +3,14 @@
 package guest
 
 import (
-	"context"
-	"fmt"
-	"io"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/sriov-stable-cni/sriov-stable-cni/integration/promtext"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/promtext"
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil/agenttest"
 )
 
 const (
@@ -93,121 +88,41 @@ func TestLab11DriftMonitorPortDown(t *testing.T) {
 	})
 }
 
-// agent is sriov-stable-agent monitor running in the guest.
+// agent is sriov-stable-agent monitor running in the guest, through the
+// shared harness.
 type agent struct {
-	logPath string
+	*agenttest.Agent
 }
 
 // startAgent runs `sriov-stable-agent monitor` over the scenario's state
 // dir, logging to agent.log in its artifacts, and stops it with SIGTERM at
-// cleanup (it must exit 0 then). Flags in extra come last (a later
-// --interval wins).
+// cleanup (it must exit 0 then, within 20s). Flags in extra come last (a
+// later --interval wins).
 func startAgent(t *testing.T, e *env, extra ...string) *agent {
 	t.Helper()
-	a := &agent{logPath: filepath.Join(e.dir, "agent.log")}
-	logFile, err := os.Create(a.logPath)
+	logFile, err := os.Create(filepath.Join(e.dir, "agent.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(tool("sriov-stable-agent"), append([]string{"monitor",
-		"--state-dir", e.stateDir, "--interval", monitorInterval.String(),
-		"--listen", monitorListen, "--kmsg=", "--log-level", "info"}, extra...)...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start the agent: %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		defer logFile.Close()
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			if err != nil {
-				t.Errorf("agent exited with %v after SIGTERM", err)
-			}
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Errorf("agent did not stop within 20s of SIGTERM")
-		}
-		if t.Failed() {
-			t.Logf("agent log:\n%s", a.log(t))
-		}
-	})
-	start := time.Now()
-	if err := poll(60*time.Second, func() error {
-		select {
-		case err := <-exited:
-			return fmt.Errorf("agent exited: %v", err)
-		default:
-		}
-		code, body, err := get("/readyz")
-		if err == nil && code != http.StatusOK {
-			err = fmt.Errorf("/readyz: %d %s", code, body)
-		}
-		return err
-	}); err != nil {
-		t.Fatalf("agent not ready: %v\n%s", err, a.log(t))
-	}
-	t.Logf("agent ready after %s", time.Since(start).Round(time.Millisecond))
-	return a
+	t.Cleanup(func() { logFile.Close() }) // after the agent stopped: cleanups run last first
+	args := append([]string{"monitor", "--state-dir", e.stateDir, "--interval", monitorInterval.String(),
+		"--kmsg=", "--log-level", "info"}, extra...)
+	return &agent{agenttest.Start(t, tool("sriov-stable-agent"), args, agenttest.Options{Listen: monitorListen, Output: logFile})}
 }
 
-func (a *agent) log(t testing.TB) string {
-	b, err := os.ReadFile(a.logPath)
-	if err != nil {
-		t.Errorf("read the agent's log: %v", err)
-	}
-	return string(b)
-}
-
-// get fetches a path from the agent's HTTP listener.
-func get(path string) (int, string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+monitorListen+path, nil)
-	if err != nil {
-		return 0, "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), err
-}
+// log is what the agent wrote so far.
+func (a *agent) log(testing.TB) string { return a.Logs().String() }
 
 func (a *agent) scrape(t testing.TB) metrics {
 	t.Helper()
-	code, body, err := get("/metrics")
-	if err != nil || code != http.StatusOK {
-		t.Fatalf("GET /metrics: %d %v %s", code, err, body)
-	}
-	return promtext.Parse(body)
+	return a.Scrape(t)
 }
 
 // waitFor polls /metrics until cond holds and returns how long that took.
 func (a *agent) waitFor(t testing.TB, what string, timeout time.Duration, cond func(metrics) bool) time.Duration {
 	t.Helper()
-	start := time.Now()
-	var last metrics
-	err := poll(timeout, func() error {
-		code, body, err := get("/metrics")
-		if err != nil || code != http.StatusOK {
-			return fmt.Errorf("GET /metrics: %d %v", code, err)
-		}
-		last = promtext.Parse(body)
-		if !cond(last) {
-			return fmt.Errorf("not yet")
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("waiting %s for %s: %v; last sriov_stable_* series:\n%s\nagent log:\n%s",
-			timeout, what, err, last.Dump("sriov_stable_"), a.log(t))
-	}
-	return time.Since(start)
+	_, took := a.WaitFor(t, what, timeout, cond)
+	return took
 }
 
 type metrics = promtext.Metrics

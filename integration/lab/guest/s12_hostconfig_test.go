@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 )
 
@@ -237,7 +238,7 @@ func removeAllVFs(t testing.TB) {
 // linkByName finds a link in the root netns. Equivalent to: ip link show $name
 func linkByName(name string) (netlink.Link, error) {
 	var l netlink.Link
-	err := withHandle(rootNetns, func(h *netlink.Handle) (err error) {
+	err := withHandle(rootNetns, func(h netlinksafe.Handle) (err error) {
 		l, err = h.LinkByName(name)
 		return err
 	})

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sriov-stable-cni/sriov-stable-cni/integration/promtext"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/promtext"
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 )
 

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -181,16 +182,16 @@ var errNoRDMADev = errors.New("no such RDMA device")
 // Equivalent to: ip netns exec $ns rdma dev show
 func rdmaLinks(path string) ([]*netlink.RdmaLink, time.Duration, error) {
 	nsh := netns.None()
-	var h *netlink.Handle
+	var h netlinksafe.Handle
 	var err error
 	if path == rootNetns {
-		h, err = netlink.NewHandle(unix.NETLINK_RDMA)
+		h, err = netlinksafe.NewHandle(unix.NETLINK_RDMA)
 	} else {
 		if nsh, err = netns.GetFromPath(path); err != nil {
 			return nil, 0, fmt.Errorf("open netns %s: %w", path, err)
 		}
 		defer nsh.Close()
-		h, err = netlink.NewHandleAt(nsh, unix.NETLINK_RDMA)
+		h, err = netlinksafe.NewHandleAt(nsh, unix.NETLINK_RDMA)
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("RDMA netlink handle in netns %q: %w", path, err)
@@ -225,7 +226,7 @@ func rdmaLinkIn(path, name string) (*netlink.RdmaLink, error) {
 // Equivalent to: rdma dev set $name netns $pod
 func moveRDMADev(t *testing.T, name string, p *pod) {
 	t.Helper()
-	err := withRDMAHandle(func(h *netlink.Handle) error {
+	err := withRDMAHandle(func(h netlinksafe.Handle) error {
 		l, err := h.RdmaLinkByName(name)
 		if err != nil {
 			return err

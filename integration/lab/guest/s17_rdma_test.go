@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/sriov-stable-cni/sriov-stable-cni/integration/promtext"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/promtext"
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/rdma"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
@@ -93,7 +93,7 @@ func guidInNetns(t testing.TB, path, dev string) string {
 		t.Fatal(err)
 	}
 	defer target.Close()
-	h, err := netlink.NewHandleAt(target, unix.NETLINK_RDMA)
+	h, err := netlinksafe.NewHandleAt(target, unix.NETLINK_RDMA)
 	if err != nil {
 		t.Fatalf("RDMA netlink in %s: %v", path, err)
 	}
@@ -308,7 +308,7 @@ func TestLabRDMA03SoftRoCE(t *testing.T) {
 		if plugin != "sriov-stable-cni" || env["CNI_COMMAND"] != "ADD" {
 			return nil
 		}
-		return inRDMANetns(env["CNI_NETNS"], func(h *netlink.Handle) error { return h.RdmaLinkAdd(rxe, "rxe", ifName) })
+		return inRDMANetns(env["CNI_NETNS"], func(h netlinksafe.Handle) error { return h.RdmaLinkAdd(rxe, "rxe", ifName) })
 	})
 	a := e.attach(newPod(t, "rxe"), v, opts{plugin: map[string]any{"linkLayer": "auto"}})
 	mustAdd(t, a)
@@ -344,13 +344,13 @@ func TestLabRDMA03SoftRoCE(t *testing.T) {
 }
 
 // inRDMANetns runs f with an RDMA netlink handle opened in the netns at path.
-func inRDMANetns(path string, f func(h *netlink.Handle) error) error {
+func inRDMANetns(path string, f func(h netlinksafe.Handle) error) error {
 	n, err := ns.GetNS(path)
 	if err != nil {
 		return err
 	}
 	defer n.Close()
-	h, err := netlink.NewHandleAt(netns.NsHandle(n.Fd()), unix.NETLINK_RDMA)
+	h, err := netlinksafe.NewHandleAt(netns.NsHandle(n.Fd()), unix.NETLINK_RDMA)
 	if err != nil {
 		return err
 	}

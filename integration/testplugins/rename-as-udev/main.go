@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 )
@@ -50,7 +51,7 @@ func add(args *skel.CmdArgs) error {
 		c.NewName = names[0].Name()
 	}
 	err := ns.WithNetNSPath(args.Netns, func(ns.NetNS) error {
-		l, err := netlink.LinkByName(args.IfName)
+		l, err := netlinksafe.LinkByName(args.IfName)
 		if err != nil {
 			return err
 		}

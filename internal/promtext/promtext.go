@@ -1,5 +1,6 @@
 // Package promtext reads the Prometheus text format the agent serves, for
-// the suites that scrape it: the monitor's namespace tests and the lab.
+// the suites that scrape it: the agent harness (internal/testutil/agenttest),
+// the monitor's namespace tests, the lab, the cluster e2e and the bench.
 package promtext
 
 import (
