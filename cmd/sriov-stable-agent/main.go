@@ -23,7 +23,7 @@ const usage = `sriov-stable-agent: node agent for sriov-stable-cni.
 
   sriov-stable-agent monitor [flags]      re-check attachments for drift, run the node doctor, serve /metrics
   sriov-stable-agent doctor [flags]       check this node for the known SR-IOV root causes
-  sriov-stable-agent hostconfig [flags]   generate persistent VF names and GUID setup, or check a node
+  sriov-stable-agent hostconfig [flags]   generate a node's boot setup (VFs, names, GUIDs), apply it, or check a node
   sriov-stable-agent install --dir DIR    copy this binary into DIR (node-problem-detector's init container)
   sriov-stable-agent version              version and commit
   sriov-stable-agent help                 this text

@@ -47,8 +47,6 @@ type Checker struct {
 	// not show them, so without it altnames are not checked. HostAltNames
 	// looks them up when the sysfs checked is this network namespace's.
 	AltNames func(ifname string) ([]string, error)
-	// ScriptPath is shown in remedies; "" means the spec's.
-	ScriptPath string
 }
 
 // HostAltNames returns the altnames of a netdev in the calling thread's
@@ -70,7 +68,7 @@ func Check(spec *Spec, sysfsRoot string) ([]Finding, error) {
 }
 
 // Check resolves the spec against the node and reports, per PF and VF, what
-// the boot script would change or could not fix: missing or non-SR-IOV
+// Apply would change or could not fix: missing or non-SR-IOV
 // PFs, VF counts, VF addresses that differ from the generated files, link
 // layers, names, altnames, and GUIDs (zero, all-F, not the derived ones,
 // duplicated). The error is only for a spec that cannot be resolved at all
@@ -87,11 +85,7 @@ func (c Checker) Check(spec *Spec) ([]Finding, error) {
 	if err != nil {
 		return nil, err
 	}
-	script := c.ScriptPath
-	if script == "" {
-		script = spec.ScriptPath
-	}
-	r := &checkRun{c: c, n: c.n(), script: script, owners: map[sysfs.GUID][]string{}}
+	r := &checkRun{c: c, n: c.n(), owners: map[sysfs.GUID][]string{}}
 	for _, pf := range plan.PFs {
 		r.checkPF(pf)
 	}
@@ -105,7 +99,6 @@ func (c Checker) n() node { return node{root: c.SysfsRoot} }
 type checkRun struct {
 	c      Checker
 	n      node
-	script string
 	out    []Finding
 	owners map[sysfs.GUID][]string // node GUID → VF addresses, for duplicates
 }
@@ -115,7 +108,7 @@ func (r *checkRun) add(sev Severity, check, subject, remedy, format string, args
 }
 
 func (r *checkRun) rerun() string {
-	return "run " + r.script + " (or systemctl restart " + UnitName + ") and read its log: journalctl -u " + UnitName
+	return "systemctl restart " + UnitName + " (or run " + ApplyCommand + ") and read its log: journalctl -u " + UnitName
 }
 
 func (r *checkRun) checkPF(pf PFPlan) {

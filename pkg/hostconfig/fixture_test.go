@@ -123,7 +123,7 @@ func mustResolve(t testing.TB, spec *Spec, root string) *Plan {
 }
 
 // bringUp puts the node in the state the boot unit leaves it in, by the
-// plan and without the script: VFs created and bound with the derived
+// plan and without Apply: VFs created and bound with the derived
 // GUIDs, named, PFs and VFs with their altnames. Check tests start from it.
 func bringUp(t testing.TB, k *kernel, p *Plan) {
 	t.Helper()

@@ -22,7 +22,7 @@ func TestGoldenDGXH200(t *testing.T) {
 	k := newDGXBoot(t)
 	files := render(t, mustResolve(t, readSpec(t, "dgx-h200.yaml"), k.root()))
 	if len(files) != 8+64+2 {
-		t.Fatalf("got %d files, want 8 PF and 64 VF .link files, the unit and the script", len(files))
+		t.Fatalf("got %d files, want 8 PF and 64 VF .link files, the unit and its spec", len(files))
 	}
 	compareGolden(t, filepath.Join("testdata", "golden", "dgx-h200"), files)
 }

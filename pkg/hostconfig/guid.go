@@ -25,8 +25,7 @@ import (
 // PF GUIDs (which a fabric already requires) therefore give distinct VF
 // GUIDs. The local bit keeps them apart from every burned-in GUID; the
 // group bit stays clear, so no output is all-F, and byte 0 has the local
-// bit, so none is zero. The boot script implements the same rule in shell
-// (derive_guid in vfsetup.sh); a test runs both and compares.
+// bit, so none is zero.
 const (
 	guidGroupBit   = 0x01 // I/G bit of byte 0: a group address, never a port's
 	guidLocalBit   = 0x02 // U/L bit of byte 0: locally administered

@@ -1,17 +1,12 @@
 package hostconfig
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,25 +14,12 @@ import (
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
 
-// The hardware edge the script tests fake: a fixture sysfs tree (built with
-// sysfstest, laid out like the kernel's) that reacts to writes as the
-// kernel does — sriov_numvfs creates and removes VFs, sriov_drivers_autoprobe
-// decides whether they bind, drivers_probe/bind/unbind attach and detach
-// drivers — and a fake iproute2 ip (this test binary, re-executed) that
-// renames, adds altnames and hands VF GUIDs to the "PF driver", which, like
-// mlx5, applies them only when the VF next binds.
-
-const (
-	envFakeIPRoot  = "HOSTCONFIG_FAKE_IP_SYSFS"
-	envFakeIPState = "HOSTCONFIG_FAKE_IP_STATE"
-)
-
-func TestMain(m *testing.M) {
-	if root := os.Getenv(envFakeIPRoot); root != "" {
-		os.Exit(fakeIP(root, os.Getenv(envFakeIPState), os.Args[1:], os.Stdout, os.Stderr))
-	}
-	os.Exit(m.Run())
-}
+// The hardware edge Apply's tests fake: a fixture sysfs tree (built with
+// sysfstest, laid out like the kernel's) that reacts to sriov_numvfs as the
+// kernel does: writing N creates the VFs (bound at once when the PF's
+// sriov_drivers_autoprobe is on; mlx5 brings up each VF's RDMA device with
+// the GUIDs the PF holds for it, zero when none were set), writing 0 removes
+// them, and any other change is refused.
 
 // panicTB lets sysfstest run in the fake kernel's goroutines: a fixture
 // failure panics there and is recorded instead of calling FailNow off the
@@ -63,13 +45,13 @@ type kpf struct {
 type kernel struct {
 	t     testing.TB
 	tree  *sysfstest.Tree
-	state string // shared with the fake ip: guid/, alt/, ip.log
+	state string // alt/<altname>: the PCI function holding it (Checker.AltNames)
 
 	mu       sync.Mutex
 	pfs      []*kpf
 	nextRDMA int
 	nextNet  int
-	events   []string // "probe <vf>", "unbind <vf>"
+	events   []string // sriov_numvfs changes, in order
 	failures []string
 
 	stop chan struct{}
@@ -79,10 +61,8 @@ type kernel struct {
 func newKernel(t testing.TB) *kernel {
 	t.Helper()
 	k := &kernel{t: t, tree: sysfstest.New(panicTB{t}), state: t.TempDir(), nextRDMA: 100}
-	for _, d := range []string{"guid", "alt"} {
-		if err := os.MkdirAll(filepath.Join(k.state, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
+	if err := os.MkdirAll(filepath.Join(k.state, "alt"), 0o755); err != nil {
+		t.Fatal(err)
 	}
 	return k
 }
@@ -109,43 +89,14 @@ func (k *kernel) pf(pci string) *kpf {
 	return nil
 }
 
-// start runs the kernel's reactions until the test ends.
+// start runs the kernel's reactions to sriov_numvfs until the test ends.
 func (k *kernel) start() {
 	k.t.Helper()
 	k.stop = make(chan struct{})
-	fifos := map[string]func(string){
-		filepath.Join(k.root(), "bus", "pci", "drivers_probe"): k.probe,
-	}
-	for _, drv := range []string{"mlx5_core", "igbvf"} {
-		dir := filepath.Join(k.root(), "bus", "pci", "drivers", drv)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			k.t.Fatal(err)
-		}
-		fifos[filepath.Join(dir, "bind")] = k.probe
-		fifos[filepath.Join(dir, "unbind")] = k.unbind
-	}
-	var files []*os.File
-	for path, fn := range fifos {
-		if err := syscall.Mkfifo(path, 0o200); err != nil {
-			k.t.Fatal(err)
-		}
-		// O_RDWR: opening never blocks and the FIFO never reports EOF, so
-		// every "echo X > file" of the script arrives as one line.
-		f, err := os.OpenFile(path, os.O_RDWR, 0)
-		if err != nil {
-			k.t.Fatal(err)
-		}
-		files = append(files, f)
-		k.wg.Add(1)
-		go k.readLines(f, fn)
-	}
 	k.wg.Add(1)
 	go k.watchNumVFs()
 	k.t.Cleanup(func() {
 		close(k.stop)
-		for _, f := range files {
-			f.Close()
-		}
 		k.wg.Wait()
 		for _, f := range k.failures {
 			k.t.Errorf("fake kernel: %s", f)
@@ -153,16 +104,8 @@ func (k *kernel) start() {
 	})
 }
 
-func (k *kernel) readLines(f *os.File, fn func(string)) {
-	defer k.wg.Done()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if line := strings.TrimSpace(sc.Text()); line != "" {
-			k.locked(func() { fn(line) })
-		}
-	}
-}
-
+// locked runs fn under the kernel's lock, recording a fixture panic as a
+// failure.
 func (k *kernel) locked(fn func()) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -206,6 +149,7 @@ func (k *kernel) watchNumVFs() {
 // when autoprobe is on), to 0 removes them; other changes are refused by
 // the kernel (EBUSY), so the fake only sees those two.
 func (k *kernel) setNumVFs(pf *kpf, n int) {
+	k.events = append(k.events, fmt.Sprintf("%s sriov_numvfs %d", pf.pci, n))
 	if n == 0 {
 		for _, vf := range pf.vfs {
 			k.unbindVF(vf)
@@ -242,7 +186,7 @@ func (k *kernel) createVF(pf *kpf, i int, vf string) {
 	}
 	k.tree.AddDevice(vf, sysfstest.Device{Vendor: vendor, DeviceID: id, Driver: "-"})
 	mustSymlink(filepath.Join("..", pf.pci), filepath.Join(k.tree.DevicePath(vf), "physfn"))
-	// virtfnN last: the script waits for it.
+	// virtfnN last: Apply waits for it.
 	mustSymlink(filepath.Join("..", vf), filepath.Join(k.tree.DevicePath(pf.pci), "virtfn"+strconv.Itoa(i)))
 }
 
@@ -272,27 +216,9 @@ func (k *kernel) pfOf(vf string) *kpf {
 	return nil
 }
 
-// probe handles drivers_probe and drivers/<drv>/bind.
-func (k *kernel) probe(vf string) {
-	k.events = append(k.events, "probe "+vf)
-	pf := k.pfOf(vf)
-	if pf == nil {
-		panic("probe of unknown device " + vf)
-	}
-	autoprobe, _ := sysfs.ReadAttr(filepath.Join(k.tree.DevicePath(pf.pci), "sriov_drivers_autoprobe"))
-	if autoprobe == "0" {
-		// pci_device_can_probe: a VF of a PF with autoprobe off does not bind.
-		return
-	}
-	if _, err := os.Lstat(filepath.Join(k.tree.DevicePath(vf), "driver")); err == nil {
-		return
-	}
-	k.bindVF(vf)
-}
-
-// bindVF attaches the VF driver: mlx5 brings up the RDMA device with the
-// GUIDs the PF holds for the VF (zero if none were set) and, with ib_ipoib
-// loaded, an IPoIB netdev; igbvf brings up an Ethernet netdev.
+// bindVF attaches the VF driver: mlx5 brings up the RDMA device (with zero
+// GUIDs: the fake's PF holds none for its VFs) and, with ib_ipoib loaded, an
+// IPoIB netdev; igbvf brings up an Ethernet netdev.
 func (k *kernel) bindVF(vf string) {
 	pf := k.pfOf(vf)
 	dir := k.tree.DevicePath(vf)
@@ -300,10 +226,6 @@ func (k *kernel) bindVF(vf string) {
 	prefix := "eth"
 	if pf.ib {
 		node, port := "0000:0000:0000:0000", "0000:0000:0000:0000"
-		if b, err := os.ReadFile(filepath.Join(k.state, "guid", vf)); err == nil {
-			f := strings.Fields(string(b))
-			node, port = sysfsGUID(f[0]), sysfsGUID(f[1])
-		}
 		k.tree.SetRDMA(vf, sysfstest.RDMA{Name: fmt.Sprintf("mlx5_%d", k.nextRDMA), NodeGUID: node,
 			Ports: []sysfstest.Port{{GID0: sysfstest.GID0(port)}}})
 		k.nextRDMA++
@@ -314,11 +236,6 @@ func (k *kernel) bindVF(vf string) {
 	}
 	k.tree.SetNetDev(vf, fmt.Sprintf("%s%d", prefix, k.nextNet))
 	k.nextNet++
-}
-
-func (k *kernel) unbind(vf string) {
-	k.events = append(k.events, "unbind "+vf)
-	k.unbindVF(vf)
 }
 
 // unbindVF detaches the driver: the RDMA device, the netdev and its
@@ -344,7 +261,8 @@ func (k *kernel) unbindVF(vf string) {
 	mustRemove(filepath.Join(dir, "driver"))
 }
 
-// Events returns what the drivers saw since the last call.
+// takeEvents returns the sriov_numvfs changes the kernel made since the
+// last call ("0000:18:00.0 sriov_numvfs 8").
 func (k *kernel) takeEvents() []string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -373,26 +291,6 @@ func (k *kernel) altNamesOf(ifname string) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// ipLog returns the fake ip invocations that changed something.
-func (k *kernel) ipChanges() []string {
-	b, _ := os.ReadFile(filepath.Join(k.state, "ip.log"))
-	var out []string
-	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		if l != "" && !strings.HasPrefix(l, "-o link show") {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
-func sysfsGUID(colon string) string {
-	g, err := sysfs.ParseGUID(colon)
-	if err != nil {
-		panic(err.Error())
-	}
-	return g.String()
 }
 
 func mustSymlink(target, link string) {
@@ -424,153 +322,4 @@ func pciOfNetdev(root, name string) (string, error) {
 		return "", err
 	}
 	return filepath.Base(filepath.Dir(filepath.Dir(target))), nil
-}
-
-// fakeIP is iproute2's ip for the subcommands the script uses, acting on the
-// fixture: it prints what ip prints and fails where ip fails.
-func fakeIP(root, state string, args []string, stdout, stderr io.Writer) int {
-	logf, err := os.OpenFile(filepath.Join(state, "ip.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err == nil {
-		fmt.Fprintln(logf, strings.Join(args, " "))
-		logf.Close()
-	}
-	a := strings.Join(args, " ")
-	switch {
-	case a == "-o link show":
-		return fakeIPShowAll(root, state, stdout)
-	case len(args) == 5 && args[0] == "link" && args[1] == "set" && args[2] == "dev" && (args[4] == "up" || args[4] == "down"):
-		if _, err := pciOfNetdev(root, args[3]); err != nil {
-			fmt.Fprintf(stderr, "Cannot find device %q\n", args[3])
-			return 1
-		}
-		return 0
-	case len(args) == 6 && args[0] == "link" && args[1] == "set" && args[2] == "dev" && args[4] == "name":
-		return fakeIPRename(root, state, args[3], args[5], stderr)
-	case len(args) == 7 && a == "link property add dev "+args[4]+" altname "+args[6]:
-		return fakeIPAltName(root, state, args[4], args[6], stderr)
-	case len(args) == 10 && args[0] == "link" && args[1] == "set" && args[2] == "dev" && args[4] == "vf" &&
-		args[6] == "node_guid" && args[8] == "port_guid":
-		return fakeIPVFGUID(root, state, args[3], args[5], args[7], args[9], stderr)
-	}
-	fmt.Fprintf(stderr, "fake ip: unsupported: ip %s\n", a)
-	return 2
-}
-
-// fakeIPShowAll prints every netdev of the fixture as "ip -o link show"
-// does: one line each, altnames after the link line.
-func fakeIPShowAll(root, state string, stdout io.Writer) int {
-	alts := map[string][]string{} // PCI → altnames
-	for _, alt := range listDir(filepath.Join(state, "alt")) {
-		if b, err := os.ReadFile(filepath.Join(state, "alt", alt)); err == nil {
-			alts[string(b)] = append(alts[string(b)], alt)
-		}
-	}
-	for i, name := range listDir(filepath.Join(root, "class", "net")) {
-		pci, err := pciOfNetdev(root, name)
-		if err != nil {
-			continue
-		}
-		fmt.Fprintf(stdout, "%d: %s: <BROADCAST,MULTICAST> mtu 1500 qdisc noop state DOWN mode DEFAULT group default qlen 1000\\    link/ether 02:00:00:00:00:%02x brd ff:ff:ff:ff:ff:ff", i+2, name, i)
-		for _, alt := range alts[pci] {
-			fmt.Fprintf(stdout, "\\    altname %s", alt)
-		}
-		fmt.Fprintln(stdout)
-	}
-	return 0
-}
-
-func nameTaken(root, state, name string) bool {
-	if _, err := os.Lstat(filepath.Join(root, "class", "net", name)); err == nil {
-		return true
-	}
-	_, err := os.Stat(filepath.Join(state, "alt", name))
-	return err == nil
-}
-
-func fakeIPRename(root, state, from, to string, stderr io.Writer) int {
-	pci, err := pciOfNetdev(root, from)
-	if err != nil {
-		fmt.Fprintf(stderr, "Cannot find device %q\n", from)
-		return 1
-	}
-	if nameTaken(root, state, to) {
-		fmt.Fprintln(stderr, "RTNETLINK answers: File exists")
-		return 2
-	}
-	dev := filepath.Join(root, "bus", "pci", "devices", pci, "net")
-	if err := os.Rename(filepath.Join(dev, from), filepath.Join(dev, to)); err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
-	}
-	os.Remove(filepath.Join(root, "class", "net", from))
-	real, _ := filepath.EvalSymlinks(filepath.Join(dev, to))
-	rel, _ := filepath.Rel(filepath.Join(root, "class", "net"), real)
-	if err := os.Symlink(rel, filepath.Join(root, "class", "net", to)); err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
-	}
-	return 0
-}
-
-func fakeIPAltName(root, state, dev, alt string, stderr io.Writer) int {
-	pci, err := pciOfNetdev(root, dev)
-	if err != nil {
-		fmt.Fprintf(stderr, "Cannot find device %q\n", dev)
-		return 1
-	}
-	if nameTaken(root, state, alt) {
-		fmt.Fprintln(stderr, "RTNETLINK answers: File exists")
-		return 2
-	}
-	if err := os.WriteFile(filepath.Join(state, "alt", alt), []byte(pci), 0o644); err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
-	}
-	return 0
-}
-
-// fakeIPVFGUID hands a VF's GUIDs to the PF driver. The format check is
-// iproute2's get_guid: exactly xx:xx:xx:xx:xx:xx:xx:xx.
-func fakeIPVFGUID(root, state, pfdev, vfIndex, node, port string, stderr io.Writer) int {
-	for _, g := range []string{node, port} {
-		if err := strictGUID(g); err != nil {
-			fmt.Fprintf(stderr, "Error: argument %q is wrong: invalid GUID format\n", g)
-			return 1
-		}
-	}
-	pci, err := pciOfNetdev(root, pfdev)
-	if err != nil {
-		fmt.Fprintf(stderr, "Cannot find device %q\n", pfdev)
-		return 1
-	}
-	target, err := os.Readlink(filepath.Join(root, "bus", "pci", "devices", pci, "virtfn"+vfIndex))
-	if err != nil {
-		fmt.Fprintln(stderr, "RTNETLINK answers: Invalid argument")
-		return 2
-	}
-	vf := filepath.Base(target)
-	if err := os.WriteFile(filepath.Join(state, "guid", vf), []byte(node+" "+port), 0o644); err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
-	}
-	return 0
-}
-
-func strictGUID(s string) error {
-	if len(s) != 23 {
-		return errors.New("length")
-	}
-	for i := 0; i < 23; i++ {
-		c := s[i]
-		if i%3 == 2 {
-			if c != ':' {
-				return errors.New("colon")
-			}
-			continue
-		}
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
-			return errors.New("hex")
-		}
-	}
-	return nil
 }

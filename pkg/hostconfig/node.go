@@ -166,8 +166,7 @@ func portGUID(rdmaDir string) (sysfs.GUID, error) {
 }
 
 // pfGUID returns a PF's burned-in port GUID: from GID 0 when set, else the
-// node GUID (mlx5 PFs report the same value in both). The boot script reads
-// it the same way (pf_guid in vfsetup.sh).
+// node GUID (mlx5 PFs report the same value in both).
 func (n node) pfGUID(pci string) (sysfs.GUID, error) {
 	dir := n.rdma(pci)
 	if dir == "" {

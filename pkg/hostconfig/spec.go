@@ -1,8 +1,8 @@
 // Package hostconfig prepares an SR-IOV node before kubelet starts: from one
 // small YAML spec it generates systemd .link files (stable VF names and
-// altnames), a oneshot unit and the POSIX shell script it runs (create VFs,
-// assign fabric-unique InfiniBand GUIDs, verify), and it checks a node's
-// sysfs against the same spec.
+// altnames) and a oneshot unit, applies the spec at boot (create VFs, assign
+// fabric-unique InfiniBand GUIDs, name what udev did not, verify), and checks
+// a node's sysfs against the same spec.
 package hostconfig
 
 import (
@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -49,7 +48,6 @@ const (
 	DefaultPFAltName   = "pf-{pci}"
 	DefaultWaitSeconds = 60
 	MaxWaitSeconds     = 600
-	DefaultScriptPath  = "/usr/local/sbin/sriov-stable-vfs"
 	DefaultBefore      = "kubelet.service"
 	// MaxVFs is the most VFs per PF the GUID scheme can number (15 bits).
 	MaxVFs = 1 << 15
@@ -84,9 +82,12 @@ type Spec struct {
 	PFAltName *string `yaml:"pfAltName"`
 	// GUIDs is the GUID scheme; default pf-derived unless linkType is ethernet.
 	GUIDs GUIDScheme `yaml:"guids"`
-	// WaitSeconds bounds each wait of the boot script.
+	// WaitSeconds bounds each wait of Apply (the boot unit).
 	WaitSeconds int `yaml:"waitSeconds"`
-	// ScriptPath is where the unit expects the script.
+	// ScriptPath is accepted and ignored: the unit ran a generated shell
+	// script there until it ran `sriov-stable-agent hostconfig apply`.
+	//
+	// Deprecated: drop it from the spec; Ignored says so.
 	ScriptPath string `yaml:"scriptPath"`
 	// Before lists the units the oneshot unit must finish before.
 	Before []string `yaml:"before"`
@@ -263,9 +264,6 @@ func (s *Spec) applyDefaults() {
 	if s.WaitSeconds == 0 {
 		s.WaitSeconds = DefaultWaitSeconds
 	}
-	if s.ScriptPath == "" {
-		s.ScriptPath = DefaultScriptPath
-	}
 	if len(s.Before) == 0 {
 		s.Before = []string{DefaultBefore}
 	}
@@ -279,6 +277,15 @@ func (s *Spec) applyDefaults() {
 			pf.Match.Device = normalizeID(pf.Match.Device)
 		}
 	}
+}
+
+// Ignored lists the keys of the spec that are accepted but have no effect
+// any more, each with what to do about it, for the commands to warn about.
+func (s *Spec) Ignored() []string {
+	if s.ScriptPath == "" {
+		return nil
+	}
+	return []string{"scriptPath is ignored: the unit runs " + AgentPath + " hostconfig apply, not a script; drop the key"}
 }
 
 // normalizeID writes a PCI ID as sysfs does: 0x and four lower-case digits.
@@ -327,9 +334,6 @@ func (s *Spec) validate() error {
 	}
 	if s.WaitSeconds < 1 || s.WaitSeconds > MaxWaitSeconds {
 		return fmt.Errorf("waitSeconds: %d is out of range 1..%d", s.WaitSeconds, MaxWaitSeconds)
-	}
-	if !path.IsAbs(s.ScriptPath) || path.Clean(s.ScriptPath) != s.ScriptPath || strings.ContainsAny(s.ScriptPath, " \t\n\"'\\$%;`") {
-		return fmt.Errorf("scriptPath: %q must be a clean absolute path without spaces, quotes or '%%'", s.ScriptPath)
 	}
 	for _, u := range s.Before {
 		if !validUnitName(u) {

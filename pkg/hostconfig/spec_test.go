@@ -19,7 +19,7 @@ func TestParseSpecDefaults(t *testing.T) {
 	pfAlt := DefaultPFAltName
 	want := &Spec{
 		LinkType: LinkAuto, VFs: 8, VFName: "pf{pfidx}vf{vf}", AltName: "vf-{pci}", PFAltName: &pfAlt,
-		GUIDs: GUIDPFDerived, WaitSeconds: 60, ScriptPath: "/usr/local/sbin/sriov-stable-vfs",
+		GUIDs: GUIDPFDerived, WaitSeconds: 60,
 		Before: []string{"kubelet.service"}, PFs: []PFSpec{{PCI: "0000:18:00.0"}},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -29,6 +29,15 @@ func TestParseSpecDefaults(t *testing.T) {
 	ib := mustParse(t, "linkType: infiniband\nvfs: 8\npfs: [{match: {vendor: 15B3, device: '0x1021'}}]\n")
 	if ib.VFName != "ib{pfidx}v{vf}" || ib.GUIDs != GUIDPFDerived || *ib.PFs[0].Match != (Match{Vendor: "0x15b3", Device: "0x1021"}) {
 		t.Errorf("infiniband defaults: vfName %q guids %q match %+v", ib.VFName, ib.GUIDs, *ib.PFs[0].Match)
+	}
+	if notes := got.Ignored(); len(notes) != 0 {
+		t.Errorf("a spec without deprecated keys: Ignored() = %q", notes)
+	}
+	// scriptPath named the shell script the unit ran before hostconfig
+	// apply: accepted, ignored, and said so.
+	old := mustParse(t, "scriptPath: /usr/local/sbin/sriov-stable-vfs\nvfs: 8\npfs:\n  - pci: 0000:18:00.0\n")
+	if notes := old.Ignored(); len(notes) != 1 || !strings.HasPrefix(notes[0], "scriptPath is ignored: the unit runs /usr/local/bin/sriov-stable-agent hostconfig apply") {
+		t.Errorf("scriptPath: Ignored() = %q", notes)
 	}
 	eth := mustParse(t, "linkType: ethernet\nvfs: 4\npfName: enp{pfidx}\npfAltName: \"\"\npfs: [{pci: 0000:3B:00.1, vfOffset: 2, vfStride: 1}]\n")
 	if eth.GUIDs != GUIDNone || *eth.PFAltName != "" || eth.PFs[0].PCI != "0000:3b:00.1" || *eth.PFs[0].VFOffset != 2 {
@@ -66,8 +75,6 @@ func TestParseSpecErrors(t *testing.T) {
 		{"pfAltName colon", "pfAltName: \"pf:{pci}\"\nvfs: 8\n" + pf, "invalid pfAltName: template \"pf:{pci}\" gives"},
 		{"wait too long", "waitSeconds: 700\nvfs: 8\n" + pf, "waitSeconds: 700 is out of range 1..600"},
 		{"wait negative", "waitSeconds: -5\nvfs: 8\n" + pf, "waitSeconds: -5 is out of range 1..600"},
-		{"relative script", "scriptPath: sbin/vfs\nvfs: 8\n" + pf, `scriptPath: "sbin/vfs" must be a clean absolute path`},
-		{"script with space", "scriptPath: /usr/local/sbin/my vfs\nvfs: 8\n" + pf, "must be a clean absolute path without spaces"},
 		{"before not a unit", "before: [kubelet]\nvfs: 8\n" + pf, `before: "kubelet" is not a systemd unit name`},
 		{"no pfs", "vfs: 8\n", "pfs: no PFs; list them by pci address or with a match rule"},
 		{"pci and match", "vfs: 8\npfs:\n  - {pci: 0000:18:00.0, match: {vendor: 0x15b3}}\n", "pfs[0]: set either pci or match, not both"},

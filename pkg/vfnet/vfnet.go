@@ -14,6 +14,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -344,6 +345,22 @@ func (h *Handle) AddAltName(l netlink.Link, name string) error {
 func (h *Handle) DelAltName(l netlink.Link, name string) error {
 	if err := h.nl.LinkDelAltName(l, name); err != nil {
 		return fmt.Errorf("remove altname %s from %s in netns %s: %w", name, l.Attrs().Name, h.path, err)
+	}
+	return nil
+}
+
+// SetVFGUIDs gives VF vf of the PF whose netdev has index pfIndex a node
+// and a port GUID (8 bytes each, most significant first). The PF is named
+// by index alone: looking it up would ask the kernel for every VF's info,
+// which on an InfiniBand PF with many VFs can exceed a netlink message.
+// Equivalent to: ip link set dev $pf vf $vf node_guid $node port_guid $port
+func (h *Handle) SetVFGUIDs(pfIndex, vf int, node, port net.HardwareAddr) error {
+	pf := &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: pfIndex}}
+	if err := h.nl.LinkSetVfGUID(pf, vf, node, nl.IFLA_VF_IB_NODE_GUID); err != nil {
+		return fmt.Errorf("set node GUID %s of VF %d of the PF with ifindex %d in netns %s: %w", node, vf, pfIndex, h.path, err)
+	}
+	if err := h.nl.LinkSetVfGUID(pf, vf, port, nl.IFLA_VF_IB_PORT_GUID); err != nil {
+		return fmt.Errorf("set port GUID %s of VF %d of the PF with ifindex %d in netns %s: %w", port, vf, pfIndex, h.path, err)
 	}
 	return nil
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // toolTimeout bounds one run of a command-line tool (doctor, hostconfig,
-// the generated boot script) under TCG.
+// hostconfig apply) under TCG.
 const toolTimeout = 3 * time.Minute
 
 // ran is what a command printed and how it exited.

@@ -21,14 +21,15 @@ func labVFName(pfIdx, vfIdx int) string { return fmt.Sprintf("lab%dvf%d", pfIdx,
 // files for the two igb PFs (listed by PCI address, link type ethernet,
 // VF names lab{pfidx}vf{vf}) from the guest's sysfs; one .link file per VF
 // names the VF's PCI path, its Name= and the plugin's altname. With the VFs
-// removed, as at boot, the generated unit's command line (its ExecStart=
-// with its Environment=) runs the generated script under busybox sh with
-// iproute2's ip and no udev: it creates the VFs, skips the GUID steps
-// (Ethernet) and applies the .link files' names and altnames itself. Then
-// every VF carries exactly what its .link file says, a second run changes
-// nothing, `hostconfig --check` passes against the guest's /sys, a chain
-// ADD finds a VF so named and DEL gives it back under its generated name,
-// and `doctor --spec` agrees with `hostconfig --check`.
+// removed, as at boot, the agent and the generated spec are installed where
+// the unit expects them (`sriov-stable-agent install --dir /usr/local/bin`,
+// /etc/sriov-stable/node.yaml) and the unit's ExecStart= runs as systemd
+// would run it (`hostconfig apply`), with no udev: it creates the VFs, skips
+// the GUID steps (Ethernet) and applies the .link files' names and altnames
+// itself. Then every VF carries exactly what its .link file says, a second
+// run changes nothing, `hostconfig --check` passes against the guest's
+// /sys, a chain ADD finds a VF so named and DEL gives it back under its
+// generated name, and `doctor --spec` agrees with `hostconfig --check`.
 func TestLab12HostConfig(t *testing.T) {
 	e := newEnv(t)
 	specPath := filepath.Join(e.dir, "node.yaml")
@@ -57,10 +58,11 @@ func TestLab12HostConfig(t *testing.T) {
 	if n := len(theLab.allVFs()) + len(theLab.PFs); len(links) != n {
 		t.Fatalf("%d .link files, want %d", len(links), n)
 	}
-	command, environ := unitCommand(t, filepath.Join(out, "etc/systemd/system/sriov-stable-vfs.service"))
+	argv, environ := unitCommand(t, filepath.Join(out, "etc/systemd/system/sriov-stable-vfs.service"))
+	installed := installForUnit(t, out, argv[0])
 
 	// Boot: no VFs yet. From here on the lab's VFs must be re-read (new
-	// MACs), or re-created if the script failed to.
+	// MACs), or re-created if apply failed to.
 	t.Cleanup(func() {
 		if err := theLab.reload(); err != nil {
 			t.Errorf("hygiene: VFs after hostconfig: %v", err)
@@ -72,17 +74,18 @@ func TestLab12HostConfig(t *testing.T) {
 	removeAllVFs(t)
 
 	// Run the unit's command line as systemd would, with its Environment=.
-	// busybox sh runs its own ip applet, which knows no altnames: the
-	// script's documented knob points it at iproute2's.
-	environ = append(environ, "SRIOV_STABLE_IP=/sbin/ip")
-	script := filepath.Join(out, command)
-	r = run(t, environ, script)
-	t.Logf("boot: %s (%s) exited %d after %s:\n%s%s", command, strings.Join(environ, " "), r.code, r.took.Round(time.Millisecond), r.stdout, r.stderr)
+	r = run(t, environ, argv[0], argv[1:]...)
+	t.Logf("boot: %s exited %d after %s:\n%s%s", strings.Join(argv, " "), r.code, r.took.Round(time.Millisecond), r.stdout, r.stderr)
 	if r.code != 0 {
-		t.Fatalf("the generated script exited %d", r.code)
+		t.Fatalf("the unit's command exited %d", r.code)
+	}
+	for _, p := range theLab.PFs {
+		if want := fmt.Sprintf(`msg="created %d VFs" subject="PF %s"`, len(p.VFs), p.PCI); !strings.Contains(r.stderr, want) {
+			t.Fatalf("the unit's command did not log %s", want)
+		}
 	}
 	if err := theLab.reload(); err != nil {
-		t.Fatalf("VFs after the script: %v", err)
+		t.Fatalf("VFs after the unit's command: %v", err)
 	}
 	for _, v := range theLab.allVFs() {
 		l, err := rootLinkOf(v.PCI)
@@ -102,18 +105,21 @@ func TestLab12HostConfig(t *testing.T) {
 	t.Logf("%d VFs named as their .link files say, e.g. %s = %s altname %s", len(theLab.allVFs()),
 		theLab.PFs[1].VFs[3].PCI, links["pci-"+theLab.PFs[1].VFs[3].PCI].Name, links["pci-"+theLab.PFs[1].VFs[3].PCI].AltName)
 
-	r = run(t, environ, script)
-	t.Logf("second run exited %d after %s:\n%s", r.code, r.took.Round(time.Millisecond), r.stderr)
+	r = run(t, environ, argv[0], argv[1:]...)
+	t.Logf("second run exited %d after %s:\n%s%s", r.code, r.took.Round(time.Millisecond), r.stdout, r.stderr)
 	if r.code != 0 {
 		t.Fatalf("the second run exited %d", r.code)
 	}
-	for _, change := range []string{"creating", "renaming", "removing", "node_guid"} {
+	if !strings.Contains(r.stdout, "0 change(s), 0 problem(s)") {
+		t.Fatalf("the second run changed something")
+	}
+	for _, change := range []string{"created", "renamed", "removed", "added altname", "node GUID"} {
 		if strings.Contains(r.stderr, change) {
 			t.Fatalf("the second run changed something (%q)", change)
 		}
 	}
 
-	r = run(t, nil, tool("sriov-stable-agent"), "hostconfig", "--spec", specPath, "--check")
+	r = run(t, nil, tool("sriov-stable-agent"), "hostconfig", "--spec", installed, "--check")
 	t.Logf("hostconfig --check exited %d:\n%s%s", r.code, r.stdout, r.stderr)
 	if r.code != 0 || !strings.Contains(r.stdout, "ok: the node matches the spec") {
 		t.Fatalf("hostconfig --check exited %d, want 0 and ok", r.code)
@@ -137,11 +143,52 @@ func TestLab12HostConfig(t *testing.T) {
 	wantRecords(t, e, 0)
 
 	// The doctor with the spec must agree with hostconfig --check.
-	r = run(t, nil, tool("sriov-stable-agent"), "doctor", "--spec", specPath, "--kmsg=")
+	r = run(t, nil, tool("sriov-stable-agent"), "doctor", "--spec", installed, "--kmsg=")
 	t.Logf("doctor --spec exited %d:\n%s%s", r.code, r.stdout, r.stderr)
 	if r.code != 0 || !strings.Contains(r.stdout, " 0 errors, 0 warnings") {
 		t.Errorf("doctor --spec exited %d with findings, want 0 and none, as hostconfig --check found none", r.code)
 	}
+}
+
+// installForUnit puts on the guest what the unit's command needs, as the
+// install steps `hostconfig --out` prints do: the agent at agent (argv[0]
+// of ExecStart=) through `sriov-stable-agent install`, and the generated
+// spec at /etc/sriov-stable/node.yaml. The guest has neither systemd nor
+// udev, so the unit and the .link files stay in out. It returns the
+// installed spec's path; both are removed when the test ends.
+func installForUnit(t testing.TB, out, agent string) string {
+	t.Helper()
+	const spec = "/etc/sriov-stable/node.yaml"
+	remove := []string{agent}
+	if _, err := os.Stat(filepath.Dir(agent)); err != nil {
+		// The guest's initramfs has no /usr/local/bin; a node has.
+		if err := os.MkdirAll(filepath.Dir(agent), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		remove = []string{filepath.Dir(agent)}
+	}
+	t.Cleanup(func() {
+		for _, path := range append(remove, filepath.Dir(spec)) {
+			if err := os.RemoveAll(path); err != nil {
+				t.Errorf("hygiene: %v", err)
+			}
+		}
+	})
+	r := run(t, nil, tool("sriov-stable-agent"), "install", "--dir", filepath.Dir(agent))
+	if r.code != 0 || filepath.Base(agent) != "sriov-stable-agent" {
+		t.Fatalf("install the agent as %s: exit %d:\n%s%s", agent, r.code, r.stdout, r.stderr)
+	}
+	data, err := os.ReadFile(filepath.Join(out, spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(spec), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(spec, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return spec
 }
 
 // labSpec is node.yaml for the lab's PFs, listed by PCI address.
@@ -185,23 +232,23 @@ func readLinkFiles(t testing.TB, dir string) map[string]linkFile {
 	return out
 }
 
-// unitCommand returns the unit's ExecStart= and Environment= settings.
-func unitCommand(t testing.TB, unit string) (string, []string) {
+// unitCommand returns the unit's ExecStart= as arguments (the generated
+// unit quotes nothing) and its Environment= settings.
+func unitCommand(t testing.TB, unit string) ([]string, []string) {
 	t.Helper()
-	var command string
-	var environ []string
+	var argv, environ []string
 	for _, kv := range iniValues(t, unit) {
 		switch key, val := kv[0], kv[1]; key {
 		case "ExecStart":
-			command = val
+			argv = strings.Fields(val)
 		case "Environment":
 			environ = append(environ, strings.Fields(val)...)
 		}
 	}
-	if command == "" || strings.ContainsAny(command, " \t") {
-		t.Fatalf("%s: ExecStart=%q, want one absolute path", unit, command)
+	if len(argv) == 0 || !filepath.IsAbs(argv[0]) || strings.ContainsAny(strings.Join(argv, ""), "\"'$%") {
+		t.Fatalf("%s: ExecStart=%q, want an absolute path and plain arguments", unit, argv)
 	}
-	return command, environ
+	return argv, environ
 }
 
 // iniValues lists a systemd unit file's key=value lines in order (keys may
