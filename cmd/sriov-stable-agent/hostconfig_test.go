@@ -176,7 +176,7 @@ func TestHostconfigApply(t *testing.T) {
 
 	more := writeSpec(t, "linkType: infiniband\nvfs: 4\npfs: [{pci: 0000:18:00.0, vfOffset: 2, vfStride: 1}]\n")
 	code, out, errOut = runHostconfigCmd("apply", "--spec", more, "--sysfs-root", tree.Root, "--wait", "200ms")
-	if code != 1 || !strings.Contains(out, "1 change(s), 1 problem(s)") || !strings.Contains(out, "error   PF 0000:18:00.0: has 0 VFs, the spec wants 4") ||
+	if code != 1 || !strings.Contains(out, "1 change(s), 1 problem(s)") || !strings.Contains(out, "error   0000:18:00.0: has 0 VFs, the spec wants 4") ||
 		!strings.Contains(errOut, `msg="removed its 2 VFs (the spec wants 4)" subject="PF 0000:18:00.0"`) ||
 		!strings.Contains(errOut, `level=ERROR msg="its VFs were still there 200ms after writing 0 to `) {
 		t.Errorf("PF without its VFs: exit %d:\n%s%s", code, out, errOut)

@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 )
@@ -71,18 +70,14 @@ func (r *run) checkDriver() {
 // Kernel log patterns. A module built for another kernel fails to load with
 // "Unknown symbol", "disagrees about version of symbol", "no symbol version
 // for" or "version magic" lines; a device the driver could not take shows
-// a probe or init failure naming its PCI address. Compiled on first use:
-// the CNI binary links the doctor, and package-level compiles would cost
-// every pod attach.
+// a probe or init failure naming its PCI address.
 var (
-	kmsgMismatchRE = sync.OnceValue(func() *regexp.Regexp {
-		return regexp.MustCompile(`\b(mlx5_core|mlx5_ib|mlx_compat|mlxfw|mlxdevm|ib_core|ib_uverbs|ib_ipoib|rdma_cm): ` +
-			`(Unknown symbol|disagrees about version of symbol|no symbol version for|version magic)`)
-	})
-	kmsgProbeRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\bmlx5_core\b.*(probe|init_one|init one).*\bfail`) })
-	pciAddrRE   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\b[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\b`) })
+	kmsgMismatchRE = regexp.MustCompile(`\b(mlx5_core|mlx5_ib|mlx_compat|mlxfw|mlxdevm|ib_core|ib_uverbs|ib_ipoib|rdma_cm): ` +
+		`(Unknown symbol|disagrees about version of symbol|no symbol version for|version magic)`)
+	kmsgProbeRE = regexp.MustCompile(`\bmlx5_core\b.*(probe|init_one|init one).*\bfail`)
+	pciAddrRE   = regexp.MustCompile(`\b[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\b`)
 	// A kmsg record header ("6,1234,5678901,-;") or a dmesg timestamp.
-	kmsgPrefixRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(\d+,\d+,\d+,[^;]*;|\[\s*\d+\.\d+\]\s*)`) })
+	kmsgPrefixRE = regexp.MustCompile(`^(\d+,\d+,\d+,[^;]*;|\[\s*\d+\.\d+\]\s*)`)
 )
 
 // logHit aggregates kernel log lines of one kind about one subject.
@@ -113,19 +108,19 @@ func (r *run) checkKernelLog() {
 		k := check + "\x00" + subject
 		h, ok := hits[k]
 		if !ok {
-			h = &logHit{check: check, subject: subject, first: kmsgPrefixRE().ReplaceAllString(line, "")}
+			h = &logHit{check: check, subject: subject, first: kmsgPrefixRE.ReplaceAllString(line, "")}
 			hits[k] = h
 			order = append(order, k)
 		}
 		h.count++
 	}
 	for _, line := range lines {
-		if m := kmsgMismatchRE().FindStringSubmatch(line); m != nil {
+		if m := kmsgMismatchRE.FindStringSubmatch(line); m != nil {
 			note(finding.CheckDriverKernelMismatch, m[1], line)
 			continue
 		}
-		if kmsgProbeRE().MatchString(line) {
-			subject := pciAddrRE().FindString(line)
+		if kmsgProbeRE.MatchString(line) {
+			subject := pciAddrRE.FindString(line)
 			if subject == "" {
 				subject = driverMLX5
 			}

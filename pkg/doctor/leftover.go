@@ -13,7 +13,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/vishvananda/netlink"
 
@@ -79,15 +78,14 @@ const (
 	FromPCI      = "PCI address"
 )
 
-// Compiled on first use, not at package init (see driver.go).
 var (
 	// runtimeNameRE matches names a VF gets from a pod or from the kernel
 	// when it comes home: net<N> (Multus names pod interfaces so) and
 	// dev<N> (the kernel's name for a returning device whose name is taken).
-	runtimeNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(net|dev)[0-9]+$`) })
+	runtimeNameRE = regexp.MustCompile(`^(net|dev)[0-9]+$`)
 	// probeNameRE matches the kernel's names at probe, wrong only where the
 	// spec or a .link file names the VF otherwise.
-	probeNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(eth|ib)[0-9]+$`) })
+	probeNameRE = regexp.MustCompile(`^(eth|ib)[0-9]+$`)
 )
 
 // hostName is what the spec or a .link file names a VF on the host.
@@ -245,7 +243,7 @@ func (j judge) staleAltName(alt string) bool {
 	if j.strict {
 		return j.attached[alt] || j.stableAlts[alt]
 	}
-	return j.podAlts[alt] || j.podNames[alt] || runtimeNameRE().MatchString(alt) || probeNameRE().MatchString(alt)
+	return j.podAlts[alt] || j.podNames[alt] || runtimeNameRE.MatchString(alt) || probeNameRE.MatchString(alt)
 }
 
 // badName says why name is one to give back, or "".
@@ -254,19 +252,19 @@ func (j judge) badName(name string) string {
 		switch {
 		case j.attached[name]:
 			return "a name an attachment of this VF carried in its pod (it came back from a pod network namespace deleted without DEL)"
-		case len(j.attached) > 0 && strings.HasPrefix(name, "dev") && runtimeNameRE().MatchString(name):
+		case len(j.attached) > 0 && strings.HasPrefix(name, "dev") && runtimeNameRE.MatchString(name):
 			return "the kernel's name for a device that came home while its name was taken, and this VF was attached to a pod"
 		}
 		return ""
 	}
 	switch {
-	case strings.HasPrefix(name, "net") && runtimeNameRE().MatchString(name):
+	case strings.HasPrefix(name, "net") && runtimeNameRE.MatchString(name):
 		return "a pod interface name (it came back from a pod network namespace deleted without DEL)"
-	case runtimeNameRE().MatchString(name):
+	case runtimeNameRE.MatchString(name):
 		return "the kernel's name for a device that came home while its name was taken"
 	case j.podNames[name]:
 		return "the interface name of a pod"
-	case j.want.name != "" && name != j.want.name && (probeNameRE().MatchString(name) || name == vfnet.FallbackName(j.v.pci)):
+	case j.want.name != "" && name != j.want.name && (probeNameRE.MatchString(name) || name == vfnet.FallbackName(j.v.pci)):
 		return "not the name the " + j.want.from + " gives it (" + j.want.name + ")"
 	}
 	return ""

@@ -3,6 +3,7 @@ package hostconfig
 import (
 	"context"
 	"fmt"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -196,8 +198,8 @@ func TestApplyRefusesPFGUIDs(t *testing.T) {
 			if v, _ := sysfs.ReadAttr(filepath.Join(k.tree.DevicePath(pf), "sriov_drivers_autoprobe")); v != "1" {
 				t.Errorf("sriov_drivers_autoprobe is %q, want 1 (untouched)", v)
 			}
-			if !slices.ContainsFunc(res.Findings, func(f Finding) bool { return f.Check == CheckGUIDUnderivable && f.Subject == "PF "+pf }) {
-				t.Errorf("no %s finding for PF %s:\n%s", CheckGUIDUnderivable, pf, findingsText(res.Findings))
+			if !slices.ContainsFunc(res.Findings, func(f Finding) bool { return f.Check == finding.CheckGUIDUnderivable && f.Subject == pf }) {
+				t.Errorf("no %s finding for PF %s:\n%s", finding.CheckGUIDUnderivable, pf, findingsText(res.Findings))
 			}
 		})
 	}
@@ -326,7 +328,7 @@ func addVeth(t *testing.T, name string, up bool, altNames ...string) netlink.Lin
 	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}); err != nil {
 		t.Fatalf("add veth %s: %v", name, err)
 	}
-	l, err := netlink.LinkByName(name)
+	l, err := netlinksafe.LinkByName(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +389,7 @@ func TestNameLink(t *testing.T) {
 			up   bool
 			alts []string
 		}{"lab0vf0": {true, []string{"vf-0000-01-10.0"}}, "lab0vf1": {false, nil}, "hcd": {false, nil}, "hce": {false, nil}} {
-			l, err := netlink.LinkByName(name)
+			l, err := netlinksafe.LinkByName(name)
 			if err != nil {
 				t.Errorf("%s: %v", name, err)
 				continue

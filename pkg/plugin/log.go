@@ -1,42 +1,29 @@
 package plugin
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"os"
 	"sync"
-	"time"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 )
 
-// logger writes slog records without a caller PC. slog.Logger takes one
-// with runtime.Callers on every call, and in a plugin process that lives a
-// few milliseconds that stack walk, through cold pages of the binary's
-// tables, costs more than formatting the line; the text handler never
-// prints it anyway. Times are UTC, as in the attachment records: the node's
-// local zone would be read from /etc/localtime on every plugin run.
-type logger struct {
-	h slog.Handler
+// newLogger is the plugin's logger: slog's text handler at the configured
+// level. Times are UTC, as in the attachment records; a local time would
+// make the handler read the node's zone from /etc/localtime on every
+// plugin run.
+func newLogger(w io.Writer, level slog.Leveler, attrs ...slog.Attr) *slog.Logger {
+	h := slog.NewTextHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: utcTime})
+	return slog.New(h.WithAttrs(attrs))
 }
 
-func newLogger(h slog.Handler) logger { return logger{h: h} }
-
-func (l logger) log(level slog.Level, msg string, args []any) {
-	ctx := context.Background()
-	if !l.h.Enabled(ctx, level) {
-		return
+func utcTime(groups []string, a slog.Attr) slog.Attr {
+	if len(groups) == 0 && a.Key == slog.TimeKey && a.Value.Kind() == slog.KindTime {
+		a.Value = slog.TimeValue(a.Value.Time().UTC())
 	}
-	r := slog.NewRecord(time.Now().UTC(), level, msg, 0)
-	r.Add(args...)
-	_ = l.h.Handle(ctx, r)
+	return a
 }
-
-func (l logger) Debug(msg string, args ...any) { l.log(slog.LevelDebug, msg, args) }
-func (l logger) Info(msg string, args ...any)  { l.log(slog.LevelInfo, msg, args) }
-func (l logger) Warn(msg string, args ...any)  { l.log(slog.LevelWarn, msg, args) }
-func (l logger) Error(msg string, args ...any) { l.log(slog.LevelError, msg, args) }
 
 // lazyLog opens the configured log file on the first line written: a CHECK
 // that finds nothing, or a DEL with nothing to do, logs nothing and need

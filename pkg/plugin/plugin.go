@@ -30,7 +30,7 @@ var Versions = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0
 // Plugin holds what one invocation needs.
 type Plugin struct {
 	conf  *config.NetConf
-	log   logger
+	log   *slog.Logger
 	sys   sysfs.Reader
 	store *state.Store
 	// threadLocked: the verb runs on a goroutine locked to its thread
@@ -46,8 +46,7 @@ func New(conf *config.NetConf, logOut io.Writer) (*Plugin, func()) {
 		lf := &lazyLog{path: conf.LogFile, fallback: logOut}
 		out, closeLog = lf, lf.close
 	}
-	log := newLogger(slog.NewTextHandler(out, &slog.HandlerOptions{Level: conf.Level}).
-		WithAttrs([]slog.Attr{slog.String("plugin", Name), slog.String("network", conf.Name)}))
+	log := newLogger(out, conf.Level, slog.String("plugin", Name), slog.String("network", conf.Name))
 	return &Plugin{
 		conf:  conf,
 		log:   log,
