@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -76,16 +75,6 @@ const (
 	FromSpec     = "hostconfig spec"
 	FromLinkFile = ".link file"
 	FromPCI      = "PCI address"
-)
-
-var (
-	// runtimeNameRE matches names a VF gets from a pod or from the kernel
-	// when it comes home: net<N> (Multus names pod interfaces so) and
-	// dev<N> (the kernel's name for a returning device whose name is taken).
-	runtimeNameRE = regexp.MustCompile(`^(net|dev)[0-9]+$`)
-	// probeNameRE matches the kernel's names at probe, wrong only where the
-	// spec or a .link file names the VF otherwise.
-	probeNameRE = regexp.MustCompile(`^(eth|ib)[0-9]+$`)
 )
 
 // hostName is what the spec or a .link file names a VF on the host.
@@ -243,7 +232,7 @@ func (j judge) staleAltName(alt string) bool {
 	if j.strict {
 		return j.attached[alt] || j.stableAlts[alt]
 	}
-	return j.podAlts[alt] || j.podNames[alt] || runtimeNameRE.MatchString(alt) || probeNameRE.MatchString(alt)
+	return j.podAlts[alt] || j.podNames[alt] || vfnet.KindOf(alt) != vfnet.NameChosen
 }
 
 // badName says why name is one to give back, or "".
@@ -252,19 +241,19 @@ func (j judge) badName(name string) string {
 		switch {
 		case j.attached[name]:
 			return "a name an attachment of this VF carried in its pod (it came back from a pod network namespace deleted without DEL)"
-		case len(j.attached) > 0 && strings.HasPrefix(name, "dev") && runtimeNameRE.MatchString(name):
+		case len(j.attached) > 0 && vfnet.KindOf(name) == vfnet.NameClash:
 			return "the kernel's name for a device that came home while its name was taken, and this VF was attached to a pod"
 		}
 		return ""
 	}
 	switch {
-	case strings.HasPrefix(name, "net") && runtimeNameRE.MatchString(name):
+	case vfnet.KindOf(name) == vfnet.NamePod:
 		return "a pod interface name (it came back from a pod network namespace deleted without DEL)"
-	case runtimeNameRE.MatchString(name):
+	case vfnet.KindOf(name) == vfnet.NameClash:
 		return "the kernel's name for a device that came home while its name was taken"
 	case j.podNames[name]:
 		return "the interface name of a pod"
-	case j.want.name != "" && name != j.want.name && (probeNameRE.MatchString(name) || name == vfnet.FallbackName(j.v.pci)):
+	case j.want.name != "" && name != j.want.name && (vfnet.KindOf(name) == vfnet.NameProbe || name == vfnet.FallbackName(j.v.pci)):
 		return "not the name the " + j.want.from + " gives it (" + j.want.name + ")"
 	}
 	return ""

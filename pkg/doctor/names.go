@@ -3,7 +3,6 @@ package doctor
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -13,16 +12,7 @@ import (
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
-)
-
-var (
-	// kernelNameRE matches names the kernel gives when nothing renamed the
-	// netdev: no udev rule or .link file applied, so the name depends on
-	// probe order.
-	kernelNameRE = regexp.MustCompile(`^(eth|ib|dev)[0-9]+$`)
-	// podNameRE matches the names CNI gives inside pods: a VF named so on
-	// the host came back from a deleted pod netns keeping its pod name.
-	podNameRE = regexp.MustCompile(`^net[0-9]+$`)
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/vfnet"
 )
 
 // hostLink is what netlink says about a link in this network namespace.
@@ -124,11 +114,11 @@ func (r *run) checkName(f *function, name string) {
 			r.add(SeverityWarning, finding.CheckVFName, f.addr, remedy,
 				"VF %s (PF %s VF %d) is named %q, which does not match the naming policy %q", f.addr, f.pf, f.index, name, p.String())
 		}
-	case podNameRE.MatchString(name):
+	case vfnet.KindOf(name) == vfnet.NamePod:
 		r.add(SeverityWarning, finding.CheckVFName, f.addr,
 			"rename it back to its policy name (ip link set "+name+" name <name>) or rebind the VF so udev names it",
 			"VF %s (PF %s VF %d) is named %q on the host, a pod interface name: it came back from a deleted pod network namespace", f.addr, f.pf, f.index, name)
-	case kernelNameRE.MatchString(name):
+	case vfnet.KindOf(name).Kernel():
 		r.add(SeverityWarning, finding.CheckVFName, f.addr, remedy,
 			"VF %s (PF %s VF %d) has the kernel's name %q: no persistent naming rule applied, so its name depends on probe order", f.addr, f.pf, f.index, name)
 	}

@@ -4,24 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/vfnet"
 )
-
-// kernelStyleName reports names that the kernel (eth0, ib0, wlan0), the
-// kernel on a netns teardown clash (dev12) or pod runtimes (net1) hand out
-// on their own: one of those prefixes and nothing but digits after it.
-// Naming a VF like that races whoever hands them out.
-func kernelStyleName(name string) bool {
-	for _, prefix := range []string{"eth", "ib", "wlan", "dev", "net"} {
-		digits, ok := strings.CutPrefix(name, prefix)
-		if ok && digits != "" && strings.Trim(digits, "0123456789") == "" {
-			return true
-		}
-	}
-	return false
-}
 
 // renderName expands a Name= pattern: {pfidx} is the PF's position among
 // the spec's PFs sorted by PCI address, {vf} the VF index (vf < 0: a PF
@@ -49,7 +35,7 @@ func renderName(field, pattern string, pfidx, vf int) (string, error) {
 	if err := config.ValidateIfName(name); err != nil {
 		return "", fmt.Errorf("%s: pattern %q gives %v", field, pattern, err)
 	}
-	if kernelStyleName(name) {
+	if vfnet.KindOf(name) != vfnet.NameChosen {
 		return "", fmt.Errorf("%s: pattern %q gives %q, a name the kernel or a runtime assigns on its own (eth<N>, ib<N>, wlan<N>, dev<N>, net<N>); put a letter between the prefix and the number, e.g. %q",
 			field, pattern, name, "ib{pfidx}v{vf}")
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 
 	cnins "github.com/containernetworking/cni/pkg/ns"
 	"github.com/containernetworking/cni/pkg/skel"
@@ -158,7 +157,7 @@ func (p *Plugin) freeHostName(h *vfnet.Handle, host *vfnet.Handle, link netlink.
 		return nil
 	}
 	alias := link.Attrs().Alias
-	if alias == "" || !transientName(alias) && !host.Taken(alias) {
+	if alias == "" || !vfnet.KindOf(alias).Transient() && !host.Taken(alias) {
 		return nil
 	}
 	free := vfnet.FallbackName(pci)
@@ -174,19 +173,6 @@ func (p *Plugin) freeHostName(h *vfnet.Handle, host *vfnet.Handle, link netlink.
 	p.log.Warn("DEL: the VF's host name is taken or transient; it goes home under a name of its own",
 		"vf", pci, "taken", alias, "now", free)
 	return nil
-}
-
-// transientName reports names other VFs may come home with at any moment:
-// pod interface names (net1) and the kernel's dev<ifindex> for a VF whose
-// name was taken when its netns died. Checking that such a name is free is
-// not enough, since it can be taken between our DEL and host-device's.
-func transientName(name string) bool {
-	for _, prefix := range []string{"net", "dev"} {
-		if digits, ok := strings.CutPrefix(name, prefix); ok && digits != "" && strings.Trim(digits, "0123456789") == "" {
-			return true
-		}
-	}
-	return false
 }
 
 // handBack renames the VF to CNI_IFNAME and removes an altname we added.
