@@ -1,11 +1,8 @@
 package doctor
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,7 +12,6 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/hostconfig"
@@ -313,12 +309,12 @@ func hostNames(in LeftoverInput) (map[string]hostName, []string) {
 	names := map[string]hostName{}
 	var notes []string
 	if in.LinkDir != "" {
-		links, err := readLinkFiles(in.LinkDir)
+		links, err := hostconfig.ReadLinkNames(in.LinkDir)
 		if err != nil {
 			notes = append(notes, err.Error())
 		}
 		for pci, n := range links {
-			names[pci] = n
+			names[pci] = hostName{name: n.Name, altName: n.AltName, from: FromLinkFile + " " + n.File}
 		}
 	}
 	if in.Spec != nil {
@@ -334,82 +330,6 @@ func hostNames(in LeftoverInput) (map[string]hostName, []string) {
 		}
 	}
 	return names, notes
-}
-
-// readLinkFiles reads the systemd .link files in dir that match one PCI
-// function by path, as hostconfig writes them ([Match] Path=pci-<addr>,
-// [Link] Name=, AlternativeName=), and returns their names by address.
-// Files matching otherwise, or by a pattern, are not the VF's own.
-func readLinkFiles(dir string) (map[string]hostName, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "*.link"))
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]hostName{}
-	var errs []error
-	for _, f := range files {
-		pci, n, err := readLinkFile(f)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-		case err != nil:
-			errs = append(errs, err)
-		case pci != "" && n.name != "":
-			out[pci] = n
-		}
-	}
-	if len(errs) > 0 {
-		return out, fmt.Errorf("host names from .link files in %s: %w", dir, errors.Join(errs...))
-	}
-	return out, nil
-}
-
-// maxLinkFileSize caps the read of a .link file (hostconfig's are a few
-// hundred bytes).
-const maxLinkFileSize = 64 << 10
-
-// readLinkFile reads one .link file: a regular file (a link to one is
-// followed), at most maxLinkFileSize bytes. A link to /dev/null is a
-// masked file, as systemd reads it: no names, no error.
-func readLinkFile(path string) (pci string, n hostName, err error) {
-	if target, err := os.Readlink(path); err == nil && target == os.DevNull {
-		return "", hostName{}, nil
-	}
-	data, err := safefile.ReadFileFollow(path, maxLinkFileSize)
-	if err != nil {
-		return "", hostName{}, err
-	}
-	n.from = FromLinkFile + " " + filepath.Base(path)
-	section := ""
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if strings.HasPrefix(line, "[") {
-			section = line
-			continue
-		}
-		key, value, ok := strings.Cut(line, "=")
-		if !ok || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";") {
-			continue
-		}
-		switch section + key {
-		case "[Match]Path":
-			addr, ok := strings.CutPrefix(value, "pci-")
-			if !ok || strings.ContainsAny(addr, "*?[ ") {
-				return "", hostName{}, nil
-			}
-			pci = addr
-		case "[Match]MACAddress", "[Match]OriginalName", "[Match]Driver", "[Match]Type", "[Match]Property":
-			return "", hostName{}, nil // not matched by the function alone
-		case "[Link]Name":
-			n.name = value
-		case "[Link]AlternativeName":
-			n.altName = value
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", hostName{}, fmt.Errorf("read %s: %w", path, err)
-	}
-	return pci, n, nil
 }
 
 func uniq(s []string) []string {

@@ -7,24 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile"
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile/safefiletest"
 )
-
-// within runs fn and fails the test when it does not return in 10 s: the
-// reads below must refuse what they cannot read, never wait on it.
-func within(t *testing.T, what string, fn func()) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() { defer close(done); fn() }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s blocked for 10 s", what)
-	}
-}
 
 // TestKernelLogTextIsUntrusted: a kernel log given as a path that is a
 // FIFO is refused at once, naming it; a text log larger than the cap is
@@ -33,7 +19,7 @@ func TestKernelLogTextIsUntrusted(t *testing.T) {
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "kern.fifo")
 	safefiletest.FIFO(t, fifo)
-	within(t, "reading a FIFO as the kernel log", func() {
+	safefiletest.Within(t, safefiletest.Prompt, "reading a FIFO as the kernel log", func() {
 		_, err := readKernelLog(fifo)
 		if !errors.Is(err, safefile.ErrNotRegular) || !strings.Contains(err.Error(), fifo) {
 			t.Errorf("readKernelLog(FIFO) = %v, want a refusal naming it", err)
@@ -70,37 +56,5 @@ func TestKernelLogTextIsUntrusted(t *testing.T) {
 	}
 	if last := lines[len(lines)-1]; !strings.Contains(last, fmt.Sprintf("message %08d", n-1)) {
 		t.Errorf("last line read %q, want the log's last", last)
-	}
-}
-
-// TestLinkFilesAreUntrusted: among the .link files, a FIFO and a file over
-// the cap are reported and skipped without blocking, a link to /dev/null
-// (a masked file) is skipped in silence, and the regular file beside them
-// is still read.
-func TestLinkFilesAreUntrusted(t *testing.T) {
-	dir := t.TempDir()
-	good := "[Match]\nPath=pci-0000:18:00.2\n[Link]\nName=ibs1f0v0\nAlternativeName=vf-0000:18:00.2\n"
-	if err := os.WriteFile(filepath.Join(dir, "10-good.link"), []byte(good), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	safefiletest.FIFO(t, filepath.Join(dir, "20-fifo.link"))
-	if err := os.Symlink(os.DevNull, filepath.Join(dir, "30-masked.link")); err != nil {
-		t.Fatal(err)
-	}
-	huge := strings.Repeat("# padding\n", maxLinkFileSize/10+1)
-	if err := os.WriteFile(filepath.Join(dir, "40-huge.link"), []byte(huge), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var names map[string]hostName
-	var err error
-	within(t, "reading the .link files", func() { names, err = readLinkFiles(dir) })
-	if got := names["0000:18:00.2"]; got.name != "ibs1f0v0" || got.altName != "vf-0000:18:00.2" || len(names) != 1 {
-		t.Errorf("names %+v, want the good file's alone", names)
-	}
-	if !errors.Is(err, safefile.ErrNotRegular) || !errors.Is(err, safefile.ErrTooLarge) {
-		t.Errorf("error %v, want the FIFO and the oversized file named", err)
-	}
-	if err != nil && strings.Contains(err.Error(), "30-masked.link") {
-		t.Errorf("the masked file is reported: %v", err)
 	}
 }
