@@ -9,7 +9,6 @@ import (
 	"os"
 
 	resourcev1 "k8s.io/api/resource/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -80,9 +79,9 @@ func (f *kubeFlags) start(ctx context.Context, doctorOn bool, log *slog.Logger) 
 	}
 	// client-go logs through klog: into the agent's log instead.
 	klog.SetSlogLogger(log)
-	client, err := kubernetes.NewForConfig(rest.AddUserAgent(rc, kubereport.Component))
+	client, err := kubereport.NewClient(rest.AddUserAgent(rc, kubereport.Component))
 	if err != nil {
-		return nil, func() {}, fmt.Errorf("kubernetes client: %w", err)
+		return nil, func() {}, err
 	}
 	rep, err = kubereport.Start(ctx, kubereport.Config{Client: client, NodeName: *f.nodeName, TaintOnError: *f.taintOnError,
 		DeviceTaintEffect: resourcev1.DeviceTaintEffect(*f.taintEffect), Logger: log})

@@ -300,3 +300,28 @@ func TestKubernetesAPIOnlyInKubereport(t *testing.T) {
 		t.Fatal("go list shows no Kubernetes import in pkg/kubereport: cannot judge")
 	}
 }
+
+// TestAgentLinksOnlyTheAPIGroupsItUses keeps client-go's generated
+// clientset and its scheme (every API group's types, registered at init)
+// out of the agent: they cost 6 MiB of its RSS (docs/performance.md). The
+// agent's Kubernetes client knows core/v1 and the three resource.k8s.io
+// versions that serve DeviceTaintRules.
+func TestAgentLinksOnlyTheAPIGroupsItUses(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, out)
+	}
+	want := []string{"k8s.io/api/core/v1", "k8s.io/api/resource/v1", "k8s.io/api/resource/v1alpha3", "k8s.io/api/resource/v1beta2"}
+	var groups []string
+	for _, pkg := range strings.Fields(string(out)) {
+		if strings.HasPrefix(pkg, "k8s.io/client-go/kubernetes") {
+			t.Errorf("the agent links %s (client-go's generated clients and their scheme of every API group); use kubereport.NewClient", pkg)
+		}
+		if strings.HasPrefix(pkg, "k8s.io/api/") {
+			groups = append(groups, pkg)
+		}
+	}
+	if diff := cmp.Diff(want, groups); diff != "" {
+		t.Errorf("API types linked into the agent (-want +got):\n%s", diff)
+	}
+}

@@ -230,7 +230,7 @@ func (r *Reporter) syncDevices(ctx context.Context, rep *doctor.Report) error {
 // slices and the agent's rules. Without them it says so once: the node
 // condition alone tells the cluster.
 func (r *Reporter) startDRA(ctx context.Context) error {
-	api, err := discoverDRA(ctx, r.cfg.Client.Discovery())
+	api, err := discoverDRA(ctx, r.cfg.Client)
 	if err != nil {
 		return err
 	}

@@ -16,9 +16,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -48,7 +45,7 @@ const (
 
 // Config says whom to tell about which node.
 type Config struct {
-	Client kubernetes.Interface
+	Client Client
 	// NodeName is the node the agent runs on (the downward API's
 	// spec.nodeName).
 	NodeName string
@@ -152,8 +149,12 @@ func Start(ctx context.Context, cfg Config) (*Reporter, error) {
 	r.broadcaster = record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{
 		BurstSize: eventBurst, QPS: eventQPS,
 	}))
-	r.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.Client.CoreV1().Events("")})
-	r.recorder = r.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component, Host: cfg.NodeName})
+	s, err := apiScheme()
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes reporting: %w", err)
+	}
+	r.broadcaster.StartRecordingToSink(eventSink{ctx: ctx, c: cfg.Client})
+	r.recorder = r.broadcaster.NewRecorder(s, corev1.EventSource{Component: Component, Host: cfg.NodeName})
 	r.nodes = r.watch(ctx, nodeListWatch(cfg.Client, cfg.NodeName), &corev1.Node{}, keyNode)
 	go func() {
 		<-ctx.Done()

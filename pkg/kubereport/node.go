@@ -218,7 +218,8 @@ func (r *Reporter) patchCondition(ctx context.Context, node *corev1.Node, want c
 	if err != nil {
 		return false, err
 	}
-	if _, err := r.cfg.Client.CoreV1().Nodes().PatchStatus(ctx, r.cfg.NodeName, patch); err != nil {
+	if _, err := r.cfg.Client.Nodes().Patch(ctx, r.cfg.NodeName, types.StrategicMergePatchType, patch,
+		metav1.PatchOptions{FieldManager: Component}, "status"); err != nil {
 		return false, fmt.Errorf("set condition %s on node %s: %w", ConditionType, r.cfg.NodeName, err)
 	}
 	seeWrite(ctx, func() bool {
@@ -264,7 +265,7 @@ func (r *Reporter) syncTaint(ctx context.Context, node *corev1.Node, want *corev
 	if err != nil {
 		return nil, err
 	}
-	if _, err := r.cfg.Client.CoreV1().Nodes().Patch(ctx, r.cfg.NodeName, types.MergePatchType, patch,
+	if _, err := r.cfg.Client.Nodes().Patch(ctx, r.cfg.NodeName, types.MergePatchType, patch,
 		metav1.PatchOptions{FieldManager: Component}); err != nil {
 		return nil, fmt.Errorf("set taint %s on node %s: %w", TaintKey, r.cfg.NodeName, err)
 	}

@@ -12,8 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -34,10 +32,10 @@ type draAPI struct {
 // any other error is the caller's to retry.
 //
 // Equivalent to: kubectl api-resources --api-group=resource.k8s.io
-func discoverDRA(ctx context.Context, d discovery.DiscoveryInterface) (draAPI, error) {
+func discoverDRA(ctx context.Context, c Client) (draAPI, error) {
 	var api draAPI
 	for _, v := range ruleVersions {
-		list, err := d.ServerResourcesForGroupVersion(resourcev1.GroupName + "/" + v)
+		list, err := c.ServerResources(ctx, resourcev1.GroupName+"/"+v)
 		if apierrors.IsNotFound(err) {
 			continue
 		}
@@ -72,30 +70,20 @@ type ruleAPI interface {
 }
 
 // rulesAt returns the DeviceTaintRule client of version v.
-func rulesAt(c kubernetes.Interface, v string) ruleAPI {
+func rulesAt(c Client, v string) ruleAPI {
 	switch v {
 	case "v1beta2":
-		return typedRules[resourcev1beta2.DeviceTaintRule, resourcev1beta2.DeviceTaintRuleList]{v: v, c: c.ResourceV1beta2().DeviceTaintRules(), cs: c}
+		return typedRules[resourcev1beta2.DeviceTaintRule, resourcev1beta2.DeviceTaintRuleList]{v: v, c: c.RulesV1beta2(), cs: c}
 	case "v1alpha3":
-		return typedRules[resourcev1alpha3.DeviceTaintRule, resourcev1alpha3.DeviceTaintRuleList]{v: v, c: c.ResourceV1alpha3().DeviceTaintRules(), cs: c}
+		return typedRules[resourcev1alpha3.DeviceTaintRule, resourcev1alpha3.DeviceTaintRuleList]{v: v, c: c.RulesV1alpha3(), cs: c}
 	}
-	return typedRules[resourcev1.DeviceTaintRule, resourcev1.DeviceTaintRuleList]{v: "v1", c: c.ResourceV1().DeviceTaintRules(), cs: c}
-}
-
-// ruleClient is the part of client-go's typed DeviceTaintRule clients the
-// reporter uses; every version's client has it, with its own types.
-type ruleClient[T, L any] interface {
-	Create(context.Context, *T, metav1.CreateOptions) (*T, error)
-	Update(context.Context, *T, metav1.UpdateOptions) (*T, error)
-	Delete(context.Context, string, metav1.DeleteOptions) error
-	List(context.Context, metav1.ListOptions) (*L, error)
-	Watch(context.Context, metav1.ListOptions) (watch.Interface, error)
+	return typedRules[resourcev1.DeviceTaintRule, resourcev1.DeviceTaintRuleList]{v: "v1", c: c.RulesV1(), cs: c}
 }
 
 type typedRules[T, L any] struct {
 	v  string
-	c  ruleClient[T, L]
-	cs kubernetes.Interface // whether it streams lists, for the reflector
+	c  RuleClient[T, L]
+	cs Client // whether it streams lists, for the reflector
 }
 
 func (t typedRules[T, L]) version() string { return t.v }

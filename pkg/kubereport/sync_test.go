@@ -101,7 +101,7 @@ func newHarness(t *testing.T, cfg Config, prepare func(*fake.Clientset), objs ..
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	h := &harness{t: t, cs: cs, logs: &logLines{}}
-	cfg.Client, cfg.NodeName = cs, testNode
+	cfg.Client, cfg.NodeName = clientset{cs}, testNode
 	cfg.Logger = slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	r, err := Start(ctx, cfg)
 	if err != nil {

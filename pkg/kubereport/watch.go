@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -36,16 +35,16 @@ func (r *Reporter) watch(ctx context.Context, lw cache.ListerWatcher, example ru
 // nodeListWatch watches one node, by name.
 //
 // Equivalent to: kubectl get node $NODE --watch
-func nodeListWatch(c kubernetes.Interface, node string) cache.ListerWatcher {
+func nodeListWatch(c Client, node string) cache.ListerWatcher {
 	sel := fields.OneTermEqualSelector("metadata.name", node).String()
 	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = sel
-			return c.CoreV1().Nodes().List(ctx, o)
+			return c.Nodes().List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = sel
-			return c.CoreV1().Nodes().Watch(ctx, o)
+			return c.Nodes().Watch(ctx, o)
 		},
 	}, c)
 }
@@ -53,16 +52,16 @@ func nodeListWatch(c kubernetes.Interface, node string) cache.ListerWatcher {
 // sliceListWatch watches the ResourceSlices of one node.
 //
 // Equivalent to: kubectl get resourceslices --field-selector spec.nodeName=$NODE --watch
-func sliceListWatch(c kubernetes.Interface, node string) cache.ListerWatcher {
+func sliceListWatch(c Client, node string) cache.ListerWatcher {
 	sel := fields.OneTermEqualSelector("spec.nodeName", node).String()
 	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = sel
-			return c.ResourceV1().ResourceSlices().List(ctx, o)
+			return c.ResourceSlices().List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = sel
-			return c.ResourceV1().ResourceSlices().Watch(ctx, o)
+			return c.ResourceSlices().Watch(ctx, o)
 		},
 	}, c)
 }
