@@ -2,12 +2,7 @@ package doctor
 
 import (
 	"errors"
-	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"sort"
-	"strconv"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
@@ -40,11 +35,13 @@ type readError struct {
 }
 
 // inventory is every Mellanox function on the node, PFs and VFs sorted by
-// address.
+// address, and the functions of other vendors that have an RDMA device
+// (the port checks' alone: their ports matter to a pod as much).
 type inventory struct {
-	pfs, vfs   []*function
-	byAddr     map[string]*function
-	readErrors []readError
+	pfs, vfs           []*function
+	otherPFs, otherVFs []*function
+	byAddr             map[string]*function
+	readErrors         []readError
 }
 
 // reportUnreadable reports the functions scan could not read.
@@ -63,108 +60,63 @@ func (r *run) reportNoDevices() {
 	}
 }
 
-// scan walks bus/pci/devices once. A device that cannot be read is kept
-// as a read error and the walk goes on: one broken function must not hide
-// the rest of the node.
+// scan reads every Mellanox function and every other function with an
+// RDMA device (sysfs.Functions: one walk of bus/pci/devices), and their
+// RDMA devices. A function that cannot be read
+// in full is kept as a read error with what was read, and the scan goes
+// on: one broken function must not hide the rest of the node.
 func scan(sys sysfs.Reader) (*inventory, error) {
-	dir := filepath.Join(sys.Root, "bus", "pci", "devices")
-	entries, err := os.ReadDir(dir)
+	fns, fnErrs, err := sys.Functions(func(addr, vendor string) bool {
+		if vendor == VendorMellanox {
+			return true
+		}
+		_, err := os.Stat(sys.PCIPath(addr, "infiniband"))
+		return err == nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("list PCI devices: %w", err)
+		return nil, err
 	}
 	inv := &inventory{byAddr: map[string]*function{}}
-	for _, e := range entries {
-		addr := e.Name()
-		vendor, err := sysfs.ReadAttr(sys.PCIPath(addr, "vendor"))
-		if err != nil || vendor != VendorMellanox {
-			continue
+	errs := map[string][]error{}
+	for _, e := range fnErrs {
+		errs[e.Addr] = append(errs[e.Addr], e.Err)
+	}
+	for _, sf := range fns {
+		f := &function{addr: sf.Addr, deviceID: sf.Device, driver: sf.Driver, netdevs: sf.Netdevs,
+			pf: sf.PF, index: sf.Index, totalVFs: sf.TotalVFs, numVFs: sf.NumVFs, vfs: sf.VFs}
+		if err := f.readRDMA(sys); err != nil {
+			errs[f.addr] = append(errs[f.addr], err)
 		}
-		f, err := readFunction(sys, addr)
-		if err != nil {
-			inv.readErrors = append(inv.readErrors, readError{addr, err})
+		if err := errors.Join(errs[f.addr]...); err != nil {
+			inv.readErrors = append(inv.readErrors, readError{f.addr, err})
 		}
-		if f == nil {
-			continue
-		}
-		inv.byAddr[addr] = f
-		if f.pf != "" {
+		switch {
+		case sf.Vendor != VendorMellanox && len(f.rdma) == 0:
+		case sf.Vendor != VendorMellanox && sf.IsVF():
+			inv.otherVFs = append(inv.otherVFs, f)
+		case sf.Vendor != VendorMellanox:
+			inv.otherPFs = append(inv.otherPFs, f)
+		case sf.IsVF():
+			inv.byAddr[f.addr] = f
 			inv.vfs = append(inv.vfs, f)
-		} else {
+		default:
+			inv.byAddr[f.addr] = f
 			inv.pfs = append(inv.pfs, f)
 		}
 	}
-	byAddr := func(s []*function) { sort.Slice(s, func(i, j int) bool { return s[i].addr < s[j].addr }) }
-	byAddr(inv.pfs)
-	byAddr(inv.vfs)
 	return inv, nil
 }
 
-// readFunction reads one function. On a partial failure it returns what it
-// read with the error, so the function is still checked for the rest.
-func readFunction(sys sysfs.Reader, addr string) (*function, error) {
-	f := &function{addr: addr, index: -1, totalVFs: -1, numVFs: -1}
-	f.deviceID, _ = sysfs.ReadAttr(sys.PCIPath(addr, "device"))
-	if target, err := os.Readlink(sys.PCIPath(addr, "driver")); err == nil {
-		f.driver = filepath.Base(target)
-	}
-	if target, err := os.Readlink(sys.PCIPath(addr, "physfn")); err == nil {
-		f.pf = filepath.Base(target)
-	}
-	if names, err := os.ReadDir(sys.PCIPath(addr, "net")); err == nil {
-		for _, n := range names {
-			f.netdevs = append(f.netdevs, n.Name())
-		}
-	}
-	var errs []error
-	if f.pf != "" {
-		siblings, err := sys.VFs(f.pf)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		for i, a := range siblings {
-			if a == addr {
-				f.index = i
-			}
-		}
-	} else {
-		var err error
-		if f.totalVFs, err = readIntAttr(sys.PCIPath(addr, "sriov_totalvfs")); err != nil {
-			errs = append(errs, err)
-		}
-		if f.numVFs, err = readIntAttr(sys.PCIPath(addr, "sriov_numvfs")); err != nil {
-			errs = append(errs, err)
-		}
-		if f.vfs, err = sys.VFs(addr); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	rdma, err := sys.RDMADevices(addr)
-	if err != nil {
-		errs = append(errs, err)
-	}
+// readRDMA reads the function's RDMA devices and the firmware version of
+// the first.
+func (f *function) readRDMA(sys sysfs.Reader) error {
+	rdma, err := sys.RDMADevices(f.addr)
 	f.rdma = rdma
-	if len(rdma) > 0 {
-		if f.fwVer, err = sys.FWVer(addr, rdma[0].Name); err != nil {
-			errs = append(errs, err)
-		}
+	if err != nil || len(rdma) == 0 {
+		return err
 	}
-	return f, errors.Join(errs...)
-}
-
-// readIntAttr reads a numeric attribute; an absent file is -1, no error.
-func readIntAttr(path string) (int, error) {
-	s, err := sysfs.ReadAttr(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return -1, nil
-	}
-	if err != nil {
-		return -1, fmt.Errorf("read %s: %w", path, err)
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		return -1, fmt.Errorf("%s holds %q, not a number", path, s)
-	}
-	return n, nil
+	f.fwVer, err = sys.FWVer(f.addr, rdma[0].Name)
+	return err
 }
 
 // rdmaPorts calls fn for every port of every RDMA device of f.

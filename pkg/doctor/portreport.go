@@ -26,8 +26,8 @@ type PortReport struct {
 	Functions []string
 }
 
-// Ports runs the port checks (PortChecks) over every Mellanox function, as
-// Run does, and nothing else: what the agent runs again each time a port
+// Ports runs the port checks (PortChecks) over every function with an RDMA
+// device, as Run does, and nothing else: what the agent runs again each time a port
 // attribute changes between two full runs, so a free VF whose port goes
 // down is known in about a second rather than at the next full run. A
 // function whose sysfs entry cannot be read is left out of Functions: the
@@ -52,7 +52,7 @@ func Ports(opts Options) (*PortReport, error) {
 	r.checkPorts()
 	sortFindings(r.findings)
 	p := &PortReport{Started: started, Findings: r.findings}
-	for _, f := range slices.Concat(inv.pfs, inv.vfs) {
+	for _, f := range slices.Concat(inv.pfs, inv.vfs, inv.otherPFs, inv.otherVFs) {
 		p.Functions = append(p.Functions, f.addr)
 	}
 	slices.Sort(p.Functions)

@@ -78,3 +78,46 @@ func TestPortsAndWithPorts(t *testing.T) {
 		t.Error("a port report begun before the full run replaced its findings")
 	}
 }
+
+// The port checks cover every vendor's RDMA functions (the lab's igb VFs
+// with the test InfiniBand provider, a RoCE NIC of another vendor), and
+// nothing else of the doctor's does: a VF of another vendor whose port is
+// down is a port-state finding, its PF's Ethernet-only sibling without an
+// RDMA device is no function of the report, and no Mellanox-only check
+// (driver, firmware, names) speaks of them.
+func TestPortsOfOtherVendors(t *testing.T) {
+	tree := sysfstest.New(t)
+	const pf, vf, plain = "0000:01:00.0", "0000:01:10.0", "0000:01:10.2"
+	igb := func(r *sysfstest.RDMA) sysfstest.Device {
+		return sysfstest.Device{Vendor: "0x8086", DeviceID: "0x10ca", Driver: "igbvf", RDMA: r}
+	}
+	tree.AddPF(pf, 7, sysfstest.Device{Vendor: "0x8086", DeviceID: "0x10c9", Driver: "igb",
+		RDMA: &sysfstest.RDMA{Name: "sst_ib0", NodeGUID: "0002:c903:0000:0001"}})
+	tree.AddVF(pf, 0, vf, igb(&sysfstest.RDMA{Name: "sst_ib1", NodeGUID: "0002:c903:0000:0002",
+		Ports: []sysfstest.Port{{State: "1: DOWN", PhysState: "3: Disabled"}}}))
+	tree.AddVF(pf, 1, plain, igb(nil))
+	opts := Options{SysfsRoot: tree.Root}
+
+	ports, err := Ports(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{finding.CheckPortState + " " + vf}, portErrors(ports.Findings)); diff != "" {
+		t.Errorf("port errors (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{pf, vf}, ports.Functions); diff != "" {
+		t.Errorf("functions of the port report (-want +got):\n%s", diff)
+	}
+	full, err := Run(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range full.Findings {
+		if f.Severity != finding.Info && f.Check != finding.CheckPortState {
+			t.Errorf("a check other than the port checks speaks of another vendor's function: %+v", f)
+		}
+	}
+	if diff := cmp.Diff(portErrors(ports.Findings), portErrors(full.Findings)); diff != "" {
+		t.Errorf("port checks alone vs the full run (-ports +full):\n%s", diff)
+	}
+}

@@ -18,7 +18,7 @@ import (
 func (r *run) checkPorts() {
 	badLayer := map[string]bool{} // PF address → a port on the wrong link layer
 	badState := map[string]bool{} // PF address → a port down
-	for _, f := range r.inv.pfs {
+	for _, f := range slices.Concat(r.inv.pfs, r.inv.otherPFs) {
 		f.rdmaPorts(func(d sysfs.RDMADevice, p sysfs.Port) {
 			if r.checkLinkLayer(f, d, p) {
 				badLayer[f.addr] = true
@@ -28,7 +28,7 @@ func (r *run) checkPorts() {
 			}
 		})
 	}
-	for _, f := range r.inv.vfs {
+	for _, f := range slices.Concat(r.inv.vfs, r.inv.otherVFs) {
 		f.rdmaPorts(func(d sysfs.RDMADevice, p sysfs.Port) {
 			if !badLayer[f.pf] {
 				r.checkLinkLayer(f, d, p)

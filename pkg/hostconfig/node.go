@@ -1,13 +1,10 @@
 package hostconfig
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
@@ -29,85 +26,39 @@ func (n node) exists(pci string) bool {
 }
 
 // readInt reads a decimal sysfs attribute.
-func readInt(path string) (int, error) {
-	s, err := sysfs.ReadAttr(path)
-	if err != nil {
-		return 0, err
-	}
-	v, err := strconv.Atoi(s)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %q is not a number", path, s)
-	}
-	return v, nil
-}
+func readInt(path string) (int, error) { return sysfs.ReadInt(path) }
 
 // readOptInt reads a decimal attribute that older kernels may lack.
 func readOptInt(path string) (int, bool, error) {
-	v, err := readInt(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0, false, nil
-	}
-	return v, err == nil, err
+	v, err := sysfs.ReadOptInt(path)
+	return v, err == nil && v >= 0, err
 }
 
 // matchPFs lists the SR-IOV capable PFs with the given IDs, sorted.
 func (n node) matchPFs(m Match) ([]string, error) {
-	dir := filepath.Join(n.root, "bus", "pci", "devices")
-	entries, err := os.ReadDir(dir)
+	fns, _, err := n.sys().Functions(func(_, vendor string) bool { return vendor == m.Vendor })
 	if err != nil {
-		return nil, fmt.Errorf("list PCI devices to match %s: %w", m, err)
+		return nil, fmt.Errorf("match %s: %w", m, err)
 	}
 	var out []string
-	for _, e := range entries {
-		pci := e.Name()
-		if v, _ := sysfs.ReadAttr(n.dev(pci, "vendor")); v != m.Vendor {
-			continue
+	for _, f := range fns {
+		if !f.IsVF() && (m.Device == "" || f.Device == m.Device) && f.TotalVFs >= 1 {
+			out = append(out, f.Addr)
 		}
-		if d, _ := sysfs.ReadAttr(n.dev(pci, "device")); m.Device != "" && d != m.Device {
-			continue
-		}
-		if _, err := os.Lstat(n.dev(pci, "physfn")); err == nil {
-			continue // a VF
-		}
-		if total, err := readInt(n.dev(pci, "sriov_totalvfs")); err != nil || total < 1 {
-			continue
-		}
-		out = append(out, pci)
 	}
-	sort.Strings(out)
 	return out, nil
 }
 
+func (n node) sys() sysfs.Reader { return sysfs.Reader{Root: n.root} }
+
 // virtfn returns the address virtfnN of pf points at, "" when absent.
-func (n node) virtfn(pf string, i int) string {
-	target, err := os.Readlink(n.dev(pf, "virtfn"+strconv.Itoa(i)))
-	if err != nil {
-		return ""
-	}
-	return filepath.Base(target)
-}
+func (n node) virtfn(pf string, i int) string { return n.sys().Virtfn(pf, i) }
 
 // netdevs lists the host netdevs of a PCI function (its net/ entries).
-func (n node) netdevs(pci string) []string {
-	entries, err := os.ReadDir(n.dev(pci, "net"))
-	if err != nil {
-		return nil
-	}
-	names := make([]string, 0, len(entries))
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	return names
-}
+func (n node) netdevs(pci string) []string { return n.sys().Netdevs(pci) }
 
 // driver returns the name of the driver bound to a PCI function, "" if none.
-func (n node) driver(pci string) string {
-	target, err := os.Readlink(n.dev(pci, "driver"))
-	if err != nil {
-		return ""
-	}
-	return filepath.Base(target)
-}
+func (n node) driver(pci string) string { return n.sys().Driver(pci) }
 
 // rdma returns the first RDMA device directory of a PCI function ("" if
 // none): mlx5 gives every function exactly one.

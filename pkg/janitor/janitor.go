@@ -1,6 +1,6 @@
 // Package janitor is the agent's host janitor: in its own loop it finds
 // the free VFs of the host netns that carry a name or altnames proven
-// left behind by one of their attachments (doctor.FindLeftovers, Strict)
+// left behind by one of their attachments (hostvf.FindLeftovers, Strict)
 // and, for each one that has looked the same for a whole interval (so a
 // VF that host-device is moving home and about to rename is left alone),
 // gives it its host name back and removes the stale altnames, under the
@@ -21,8 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
-	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/hostconfig"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/hostvf"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/status"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/vfnet"
@@ -163,7 +163,7 @@ func (j *Janitor) Clean(recs []*state.Record) {
 			history[pci] = slices.Clone(names)
 		}
 		j.mu.Unlock()
-		found, notes, err := doctor.FindLeftovers(doctor.LeftoverInput{
+		found, notes, err := hostvf.FindLeftovers(hostvf.Input{
 			SysfsRoot: j.cfg.SysfsRoot, AltName: j.cfg.AltName, Records: recs, Links: links,
 			Spec: j.cfg.Spec, LinkDir: j.cfg.LinkDir, History: history, Strict: true,
 		})
@@ -172,7 +172,7 @@ func (j *Janitor) Clean(recs []*state.Record) {
 		}
 		j.note(notes)
 		seen := map[string]string{}
-		var act []doctor.Leftover
+		var act []hostvf.Leftover
 		j.mu.Lock()
 		for _, lo := range found {
 			sig := fmt.Sprintf("%d %s %s", lo.LinkIndex, lo.Name, strings.Join(lo.AltNames, ","))
@@ -214,7 +214,7 @@ type result struct{ detail, refused string }
 // repair puts one leftover right, under the VF's lock and only if no
 // record whose netns exists claims the VF and its netdev is still the one
 // judged (same index, same name).
-func (j *Janitor) repair(h *vfnet.Handle, lo doctor.Leftover) []result {
+func (j *Janitor) repair(h *vfnet.Handle, lo hostvf.Leftover) []result {
 	refuse := func(reason, format string, args ...any) []result {
 		return []result{{refused: reason, detail: fmt.Sprintf(format, args...)}}
 	}
@@ -264,7 +264,7 @@ func (j *Janitor) repair(h *vfnet.Handle, lo doctor.Leftover) []result {
 
 // apply logs, counts and notifies one result. A refusal is logged once
 // per VF and detail.
-func (j *Janitor) apply(lo doctor.Leftover, r result) {
+func (j *Janitor) apply(lo hostvf.Leftover, r result) {
 	attrs := []any{"pci", lo.PCI, "pf", lo.PF, "vf", lo.Index, "detail", r.detail}
 	if r.refused != "" {
 		j.counts.Refused(status.RepairHost, r.refused)
