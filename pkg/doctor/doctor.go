@@ -117,13 +117,8 @@ func (r *run) add(sev Severity, check, subject, remedy, format string, a ...any)
 // Run checks the node. It fails only when sysfs itself cannot be read or
 // the options are invalid; everything wrong with the node is a finding.
 func Run(opts Options) (*Report, error) {
-	if opts.SysfsRoot == "" {
-		opts.SysfsRoot = config.DefaultSysfsRoot
-	}
-	if opts.AltName == "" {
-		opts.AltName = config.DefaultAltName
-	}
-	if err := validateOptions(opts); err != nil {
+	opts, err := opts.checked()
+	if err != nil {
 		return nil, err
 	}
 	r := &run{opts: opts, sys: sysfs.Reader{Root: opts.SysfsRoot}, findings: []Finding{}}
@@ -167,19 +162,26 @@ func (opts Options) inputs() finding.Needs {
 	return n
 }
 
-func validateOptions(opts Options) error {
+// checked is opts with the defaults filled in, or why they are invalid.
+func (opts Options) checked() (Options, error) {
+	if opts.SysfsRoot == "" {
+		opts.SysfsRoot = config.DefaultSysfsRoot
+	}
+	if opts.AltName == "" {
+		opts.AltName = config.DefaultAltName
+	}
 	switch opts.LinkLayer {
 	case "", config.LinkLayerAuto, config.LinkLayerInfiniBand, config.LinkLayerEthernet:
 	default:
-		return fmt.Errorf("link layer %q is not one of infiniband, ethernet, auto", opts.LinkLayer)
+		return opts, fmt.Errorf("link layer %q is not one of infiniband, ethernet, auto", opts.LinkLayer)
 	}
 	if opts.ExpectVFs < 0 {
-		return fmt.Errorf("expected VF count %d is negative", opts.ExpectVFs)
+		return opts, fmt.Errorf("expected VF count %d is negative", opts.ExpectVFs)
 	}
 	if err := config.ValidateAltNameTemplate(opts.AltName); err != nil {
-		return fmt.Errorf("alt-name template: %w", err)
+		return opts, fmt.Errorf("alt-name template: %w", err)
 	}
-	return nil
+	return opts, nil
 }
 
 func sortFindings(fs []Finding) { finding.Sort(fs) }

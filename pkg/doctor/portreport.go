@@ -5,7 +5,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 )
@@ -33,13 +32,8 @@ type PortReport struct {
 // function whose sysfs entry cannot be read is left out of Functions: the
 // full run's finding about it stands.
 func Ports(opts Options) (*PortReport, error) {
-	if opts.SysfsRoot == "" {
-		opts.SysfsRoot = config.DefaultSysfsRoot
-	}
-	if opts.AltName == "" {
-		opts.AltName = config.DefaultAltName
-	}
-	if err := validateOptions(opts); err != nil {
+	opts, err := opts.checked()
+	if err != nil {
 		return nil, err
 	}
 	started := time.Now()

@@ -32,13 +32,13 @@ func TestFindLeftoversStrict(t *testing.T) {
 	sys.AddPF(leftoverPF, 8, sysfstest.Device{})
 	type vf struct{ name, alts string }
 	vfs := []vf{
-		{"rail7", ""},         // 0: never attached; a live pod's ifname
-		{"net3", "net4 eth5"}, // 1: never attached; shaped like pod and kernel names
-		{"rail5", ""},         // 2: History: an attachment of it was named rail5
-		{"dev9", ""},          // 3: History: it was attached; dev9 is the kernel's name for it on the way home
-		{"dev8", ""},          // 4: never attached
+		{"rail7", ""},                            // 0: never attached; a live pod's ifname
+		{"net3", "net4 eth5"},                    // 1: never attached; shaped like pod and kernel names
+		{"rail5", ""},                            // 2: History: an attachment of it was named rail5
+		{"dev9", ""},                             // 3: History: it was attached; dev9 is the kernel's name for it on the way home
+		{"dev8", ""},                             // 4: never attached
 		{"net1", "rail0 " + stableAlt(0) + " x"}, // 5: its record's netns is gone (ifname net1, altname rail0); carries VF 0's stable altname
-		{"ens2", ""}, // 6: live record claims it
+		{"ens2", ""},                             // 6: live record claims it
 	}
 	var links []netlink.Link
 	for i, v := range vfs {

@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -91,20 +90,7 @@ func (t typedRules[T, L]) version() string { return t.v }
 func (t typedRules[T, L]) example() runtime.Object { return any(new(T)).(runtime.Object) }
 
 func (t typedRules[T, L]) listWatch(sel string) cache.ListerWatcher {
-	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = sel
-			l, err := t.c.List(ctx, o)
-			if err != nil {
-				return nil, err
-			}
-			return any(l).(runtime.Object), nil
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = sel
-			return t.c.Watch(ctx, o)
-		},
-	}, t.cs)
+	return listWatch(t.c, func(o *metav1.ListOptions) { o.LabelSelector = sel }, t.cs)
 }
 
 // convert copies in into out through their JSON field names, which the

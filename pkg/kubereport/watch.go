@@ -37,16 +37,7 @@ func (r *Reporter) watch(ctx context.Context, lw cache.ListerWatcher, example ru
 // Equivalent to: kubectl get node $NODE --watch
 func nodeListWatch(c Client, node string) cache.ListerWatcher {
 	sel := fields.OneTermEqualSelector("metadata.name", node).String()
-	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = sel
-			return c.Nodes().List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
-			return c.Nodes().Watch(ctx, o)
-		},
-	}, c)
+	return listWatch(c.Nodes(), func(o *metav1.ListOptions) { o.FieldSelector = sel }, c)
 }
 
 // sliceListWatch watches the ResourceSlices of one node.
@@ -54,16 +45,27 @@ func nodeListWatch(c Client, node string) cache.ListerWatcher {
 // Equivalent to: kubectl get resourceslices --field-selector spec.nodeName=$NODE --watch
 func sliceListWatch(c Client, node string) cache.ListerWatcher {
 	sel := fields.OneTermEqualSelector("spec.nodeName", node).String()
+	return listWatch(c.ResourceSlices(), func(o *metav1.ListOptions) { o.FieldSelector = sel }, c)
+}
+
+// listWatch lists and watches what lw serves with the options selector
+// sets, streaming the list where the client can (client: whether it
+// says it cannot, as the fake clientset does).
+func listWatch[L any](lw ListWatchClient[L], selector func(*metav1.ListOptions), client any) cache.ListerWatcher {
 	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = sel
-			return c.ResourceSlices().List(ctx, o)
+			selector(&o)
+			l, err := lw.List(ctx, o)
+			if err != nil {
+				return nil, err
+			}
+			return any(l).(runtime.Object), nil
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = sel
-			return c.ResourceSlices().Watch(ctx, o)
+			selector(&o)
+			return lw.Watch(ctx, o)
 		},
-	}, c)
+	}, client)
 }
 
 // cachedNode is the node as the watch last saw it; nil before it listed or
