@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/hostconfig"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
@@ -19,17 +20,8 @@ func runHostconfigCmd(args ...string) (code int, stdout, stderr string) {
 	return runAgent(context.Background(), append([]string{"hostconfig"}, args...)...)
 }
 
-func writeSpec(t *testing.T, yaml string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "node.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 func TestHostconfigUsage(t *testing.T) {
-	spec := writeSpec(t, "vfs: 8\npfs: [{pci: 0000:18:00.0, vfOffset: 2, vfStride: 1}]\n")
+	spec := testutil.WriteTemp(t, "node.yaml", "vfs: 8\npfs: [{pci: 0000:18:00.0, vfOffset: 2, vfStride: 1}]\n")
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -44,15 +36,15 @@ func TestHostconfigUsage(t *testing.T) {
 		{"unknown flag", []string{"--specs", spec}, 2, "flag provided but not defined: -specs"},
 		{"help", []string{"--help"}, 0, "sriov-stable-agent hostconfig --spec node.yaml --out DIR"},
 		{"missing spec file", []string{"--spec", filepath.Join(t.TempDir(), "none.yaml"), "--check"}, 1, "read hostconfig spec: open"},
-		{"bad spec", []string{"--spec", writeSpec(t, "vfs: 8\nlinkType: roce\npfs: [{pci: 0000:18:00.0}]\n"), "--check"}, 1,
+		{"bad spec", []string{"--spec", testutil.WriteTemp(t, "node.yaml", "vfs: 8\nlinkType: roce\npfs: [{pci: 0000:18:00.0}]\n"), "--check"}, 1,
 			`node.yaml: invalid hostconfig spec: linkType: "roce" is not one of infiniband, ethernet, auto`},
 		{"apply help", []string{"apply", "--help"}, 0, "usage: sriov-stable-agent hostconfig apply --spec FILE"},
 		{"apply without spec", []string{"apply"}, 2, "sriov-stable-agent hostconfig apply: --spec is required"},
 		{"apply negative wait", []string{"apply", "--spec", spec, "--wait", "-1s"}, 2, "--wait -1s is negative"},
 		{"apply stray argument", []string{"apply", "--spec", spec, "now"}, 2, `unexpected argument "now"`},
-		{"apply bad spec", []string{"apply", "--spec", writeSpec(t, "vfs: 8\nlinkType: roce\npfs: [{pci: 0000:18:00.0}]\n")}, 1,
+		{"apply bad spec", []string{"apply", "--spec", testutil.WriteTemp(t, "node.yaml", "vfs: 8\nlinkType: roce\npfs: [{pci: 0000:18:00.0}]\n")}, 1,
 			`invalid hostconfig spec: linkType: "roce"`},
-		{"unresolvable offline", []string{"--spec", writeSpec(t, "vfs: 8\npfs: [{pci: 0000:18:00.0}]\n"), "--out", t.TempDir()}, 1,
+		{"unresolvable offline", []string{"--spec", testutil.WriteTemp(t, "node.yaml", "vfs: 8\npfs: [{pci: 0000:18:00.0}]\n"), "--out", t.TempDir()}, 1,
 			"VF addresses unknown: run with --sysfs-root /sys on the node, or set vfOffset and vfStride"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -135,7 +127,7 @@ func ibNode(t *testing.T) *sysfstest.Tree {
 // TestHostconfigCheck runs --check on ibNode, then with one VF's GUID gone.
 func TestHostconfigCheck(t *testing.T) {
 	tree := ibNode(t)
-	spec := writeSpec(t, "linkType: infiniband\nvfs: 2\npfs: [{pci: 0000:18:00.0}]\n")
+	spec := testutil.WriteTemp(t, "node.yaml", "linkType: infiniband\nvfs: 2\npfs: [{pci: 0000:18:00.0}]\n")
 
 	code, out, errOut := runHostconfigCmd("--spec", spec, "--check", "--sysfs-root", tree.Root)
 	if code != 0 || !strings.Contains(out, "ok: the node matches the spec") {
@@ -167,14 +159,14 @@ func TestHostconfigCheck(t *testing.T) {
 // scriptPath still applies, with a warning.
 func TestHostconfigApply(t *testing.T) {
 	tree := ibNode(t)
-	spec := writeSpec(t, "linkType: infiniband\nvfs: 2\npfs: [{pci: 0000:18:00.0}]\nscriptPath: /usr/local/sbin/sriov-stable-vfs\n")
+	spec := testutil.WriteTemp(t, "node.yaml", "linkType: infiniband\nvfs: 2\npfs: [{pci: 0000:18:00.0}]\nscriptPath: /usr/local/sbin/sriov-stable-vfs\n")
 	code, out, errOut := runHostconfigCmd("apply", "--spec", spec, "--sysfs-root", tree.Root)
 	if code != 0 || !strings.Contains(out, "0 change(s), 0 problem(s)") || !strings.Contains(out, "ok: the node matches the spec") ||
 		!strings.Contains(errOut, "warning: "+spec+": scriptPath is ignored") {
 		t.Errorf("matching node: exit %d:\n%s%s", code, out, errOut)
 	}
 
-	more := writeSpec(t, "linkType: infiniband\nvfs: 4\npfs: [{pci: 0000:18:00.0, vfOffset: 2, vfStride: 1}]\n")
+	more := testutil.WriteTemp(t, "node.yaml", "linkType: infiniband\nvfs: 4\npfs: [{pci: 0000:18:00.0, vfOffset: 2, vfStride: 1}]\n")
 	code, out, errOut = runHostconfigCmd("apply", "--spec", more, "--sysfs-root", tree.Root, "--wait", "200ms")
 	if code != 1 || !strings.Contains(out, "1 change(s), 1 problem(s)") || !strings.Contains(out, "error   0000:18:00.0: has 0 VFs, the spec wants 4") ||
 		!strings.Contains(errOut, `msg="removed its 2 VFs (the spec wants 4)" subject="PF 0000:18:00.0"`) ||

@@ -9,6 +9,8 @@ package testutil
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"testing"
 )
 
 // TB is the part of testing.TB these helpers use.
@@ -55,3 +57,14 @@ func rootPolicy(euid int, ci string) verdict {
 // numbered as mlx5 numbers a ConnectX-7's VFs after its two PFs (ARI
 // functions 2, 3, …): VF 0 is 0000:18:00.2, VF 6 is 0000:18:01.0.
 func VFAddr(i int) string { return fmt.Sprintf("0000:18:%02x.%x", (i+2)/8, (i+2)%8) }
+
+// WriteTemp writes content to a new file name in a directory of its own,
+// removed after the test, and returns its path.
+func WriteTemp(t testing.TB, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

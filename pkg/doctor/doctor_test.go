@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile/safefiletest"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
@@ -60,15 +61,6 @@ const brokenKernelLog = `[    3.900000] mlx_compat: loading out-of-tree module t
 [    4.812399] mlx5_core: Unknown symbol mlxfw_firmware_flash (err -2)
 [    9.100000] mlx5_core 0000:dc:00.0: probe with driver mlx5_core failed with error -22
 `
-
-func writeFile(t *testing.T, content string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "dmesg.txt")
-	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 // dgxOnHost builds the DGX fixture with VFs 0-3 of every PF on the host and
 // VFs 4-7 inside pods (no host netdev), as on a node running workloads.
@@ -155,7 +147,7 @@ func TestHealthyDGXH200HasNoFindings(t *testing.T) {
 	n := dgxOnHost(t)
 	opts := Options{
 		SysfsRoot: n.Root,
-		KernelLog: writeFile(t, healthyKernelLog),
+		KernelLog: testutil.WriteTemp(t, "dmesg.txt", healthyKernelLog),
 		ExpectVFs: sysfstest.DGXVFsPerPF,
 		LinkLayer: config.LinkLayerInfiniBand,
 	}
@@ -277,7 +269,7 @@ func TestBrokenDGXH200FindsEveryFault(t *testing.T) {
 	links := breakDGX(t, n)
 	opts := Options{
 		SysfsRoot: n.Root,
-		KernelLog: writeFile(t, brokenKernelLog),
+		KernelLog: testutil.WriteTemp(t, "dmesg.txt", brokenKernelLog),
 		ExpectVFs: sysfstest.DGXVFsPerPF,
 		LinkLayer: config.LinkLayerInfiniBand,
 	}
@@ -351,7 +343,7 @@ func TestDriverNotLoaded(t *testing.T) {
 	n := sysfstest.New(t)
 	n.AddPF("0000:18:00.0", 16, sysfstest.Device{Driver: "-"})
 	n.AddPF("0000:18:00.1", 16, sysfstest.Device{Driver: "-"})
-	log := writeFile(t, "6,812,4812345,-;mlx5_core: disagrees about version of symbol module_layout\n"+
+	log := testutil.WriteTemp(t, "dmesg.txt", "6,812,4812345,-;mlx5_core: disagrees about version of symbol module_layout\n"+
 		"3,813,4812399,-;mlx5_core: Unknown symbol mlx5_core_access_reg (err -22)\n")
 	rep, err := Run(Options{SysfsRoot: n.Root, KernelLog: log})
 	if err != nil {
@@ -380,7 +372,7 @@ func TestKernelLogFaultsThatRecovered(t *testing.T) {
 	n.LoadModule("mlx5_core")
 	n.LoadModule("mlx5_ib")
 	n.AddPF("0000:18:00.0", 0, sysfstest.Device{RDMA: healthyRDMA("mlx5_0", "a088:c203:0018:1000", "28.44.1036")})
-	log := writeFile(t, "[    4.8] mlx5_core: Unknown symbol devlink_fmsg_u32_pair_put (err -2)\n"+
+	log := testutil.WriteTemp(t, "dmesg.txt", "[    4.8] mlx5_core: Unknown symbol devlink_fmsg_u32_pair_put (err -2)\n"+
 		"[   12.1] mlx5_core 0000:18:00.0: probe_one:2025:(pid 611): mlx5_init_one failed with error code -110\n")
 	rep, err := Run(Options{SysfsRoot: n.Root, KernelLog: log})
 	if err != nil {
@@ -552,7 +544,7 @@ func TestKernelLogPatterns(t *testing.T) {
 		n := sysfstest.New(t)
 		n.LoadModule("mlx5_core")
 		n.AddPF("0000:77:00.0", 0, sysfstest.Device{Driver: "-"}) // keeps faults errors: a PF is unbound
-		rep, err := Run(Options{SysfsRoot: n.Root, KernelLog: writeFile(t, tc.line+"\n")})
+		rep, err := Run(Options{SysfsRoot: n.Root, KernelLog: testutil.WriteTemp(t, "dmesg.txt", tc.line+"\n")})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/safefile/safefiletest"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/rdma"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
@@ -25,17 +26,6 @@ func parseConf(t *testing.T, stdin string) *config.NetConf {
 	return conf
 }
 
-// deviceInfoFile writes a Device Info spec 1.1.0 file as the SR-IOV device
-// plugin / Multus would and returns its path.
-func deviceInfoFile(t *testing.T, content string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "ib-net-net1-deviceinfo.json")
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 func devInfo(typ, addr string) string {
 	b, _ := json.Marshal(map[string]any{
 		"type": typ, "version": "1.1.0",
@@ -45,18 +35,18 @@ func devInfo(typ, addr string) string {
 }
 
 func TestResolvePCI(t *testing.T) {
-	good := deviceInfoFile(t, devInfo("pci", "0000:18:00.4"))
-	upper := deviceInfoFile(t, devInfo("pci", "0000:AF:00.4"))
-	wrongType := deviceInfoFile(t, `{"type":"vdpa","version":"1.1.0","vdpa":{"parent-device":"vdpa:0000:65:00.3"}}`)
-	garbage := deviceInfoFile(t, "this is not JSON")
-	empty := deviceInfoFile(t, "")
-	noAddr := deviceInfoFile(t, `{"type":"pci","version":"1.1.0","pci":{}}`)
-	badAddr := deviceInfoFile(t, devInfo("pci", "../../../etc"))
+	good := testutil.WriteTemp(t, "ib-net-net1-deviceinfo.json", devInfo("pci", "0000:18:00.4"))
+	upper := testutil.WriteTemp(t, "ib-net-net1-deviceinfo.json", devInfo("pci", "0000:AF:00.4"))
+	wrongType := testutil.WriteTemp(t, "ib-net-net1-deviceinfo.json", `{"type":"vdpa","version":"1.1.0","vdpa":{"parent-device":"vdpa:0000:65:00.3"}}`)
+	garbage := testutil.WriteTemp(t, "ib-net-net1-deviceinfo.json", "this is not JSON")
+	empty := testutil.WriteTemp(t, "ib-net-net1-deviceinfo.json", "")
+	noAddr := testutil.WriteTemp(t, "ib-net-net1-deviceinfo.json", `{"type":"pci","version":"1.1.0","pci":{}}`)
+	badAddr := testutil.WriteTemp(t, "ib-net-net1-deviceinfo.json", devInfo("pci", "../../../etc"))
 	// Exactly the limit is read; one byte more is refused unread.
 	atLimit := devInfo("pci", "0000:18:00.5")
-	atLimit = deviceInfoFile(t, atLimit+strings.Repeat(" ", maxDeviceInfoSize-len(atLimit)))
+	atLimit = testutil.WriteTemp(t, "ib-net-net1-deviceinfo.json", atLimit+strings.Repeat(" ", maxDeviceInfoSize-len(atLimit)))
 	tooLarge := devInfo("pci", "0000:18:00.5")
-	tooLarge = deviceInfoFile(t, tooLarge+strings.Repeat(" ", maxDeviceInfoSize+1-len(tooLarge)))
+	tooLarge = testutil.WriteTemp(t, "ib-net-net1-deviceinfo.json", tooLarge+strings.Repeat(" ", maxDeviceInfoSize+1-len(tooLarge)))
 	missing := filepath.Join(t.TempDir(), "gone.json")
 	aDir := t.TempDir()
 
@@ -135,7 +125,7 @@ func TestResolvePCI(t *testing.T) {
 // TestResolvePCIErrorNamesFile checks an operator can see which device info
 // file was wrong.
 func TestResolvePCIErrorNamesFile(t *testing.T) {
-	path := deviceInfoFile(t, devInfo("net", "0000:18:00.4"))
+	path := testutil.WriteTemp(t, "ib-net-net1-deviceinfo.json", devInfo("net", "0000:18:00.4"))
 	conf := parseConf(t, `{"cniVersion": "1.1.0", "name": "n", "type": "t", "runtimeConfig": {"CNIDeviceInfoFile": "`+path+`"}}`)
 	_, _, err := resolvePCI(conf, nil, podNetns, "net1")
 	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), `"net"`) {
