@@ -14,6 +14,7 @@ const VendorMellanox = "0x15b3"
 // function is what sysfs says about one Mellanox PCI function.
 type function struct {
 	addr     string
+	vendor   string
 	deviceID string
 	driver   string // "" when unbound
 	rdma     []sysfs.RDMADevice
@@ -82,7 +83,7 @@ func scan(sys sysfs.Reader) (*inventory, error) {
 		errs[e.Addr] = append(errs[e.Addr], e.Err)
 	}
 	for _, sf := range fns {
-		f := &function{addr: sf.Addr, deviceID: sf.Device, driver: sf.Driver, netdevs: sf.Netdevs,
+		f := &function{addr: sf.Addr, vendor: sf.Vendor, deviceID: sf.Device, driver: sf.Driver, netdevs: sf.Netdevs,
 			pf: sf.PF, index: sf.Index, totalVFs: sf.TotalVFs, numVFs: sf.NumVFs, vfs: sf.VFs}
 		if err := f.readRDMA(sys); err != nil {
 			errs[f.addr] = append(errs[f.addr], err)

@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -107,6 +108,11 @@ func TestPortsOfOtherVendors(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{pf, vf}, ports.Functions); diff != "" {
 		t.Errorf("functions of the port report (-want +got):\n%s", diff)
+	}
+	for _, f := range ports.Findings {
+		if strings.Contains(f.Remedy, "mlx") || !strings.Contains(f.Remedy, "ibstat sst_ib1") {
+			t.Errorf("the remedy for another vendor's port names Mellanox tools or not ibstat sst_ib1: %s", f.Remedy)
+		}
 	}
 	full, err := Run(opts)
 	if err != nil {

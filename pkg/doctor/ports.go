@@ -48,6 +48,9 @@ func (r *run) checkLinkLayer(f *function, d sysfs.RDMADevice, p sysfs.Port) bool
 	linkType := map[string]int{config.LinkLayerInfiniBand: 1, config.LinkLayerEthernet: 2}[want]
 	remedy := fmt.Sprintf("set the port type: mlxconfig -d %s set LINK_TYPE_P%d=%d (1 = InfiniBand, 2 = Ethernet; on a dual-port card "+
 		"port 2 is LINK_TYPE_P2 on the card's first PF), then mlxfwreset -d %s reset or reboot", r.pfOf(f), p.Num, linkType, r.pfOf(f))
+	if f.vendor != VendorMellanox {
+		remedy = fmt.Sprintf("set port %d of %s to %s with its vendor's tool, then reset the card or reboot", p.Num, r.pfOf(f), want)
+	}
 	what := "port"
 	if f.pf != "" {
 		what = "VF port"
@@ -69,19 +72,28 @@ func (r *run) checkPortState(f *function, d sysfs.RDMADevice, p sysfs.Port) bool
 	if p.Active() {
 		return false
 	}
+	// What shows the link's state: mlxlink on a Mellanox function, the
+	// RDMA port itself elsewhere.
+	probe := "mlxlink -d " + f.addr
+	if f.vendor != VendorMellanox {
+		probe = "ibstat " + d.Name
+	}
 	var remedy string
 	switch {
 	case f.pf != "" && p.PhysState.Num == sysfs.PhysLinkUp:
 		remedy = fmt.Sprintf("the VF's vport is down while the link is up: set its policy to Follow "+
 			"(ip link set <PF netdev> vf %d state auto, or echo Follow > /sys/bus/pci/devices/%s/sriov/%d/policy)", f.index, f.pf, f.index)
 	case p.PhysState.Num == sysfs.PhysDisabled:
-		remedy = "the port is administratively disabled: enable it on the switch or with ibportstate, and check mlxlink -d " + f.addr
+		remedy = "the port is administratively disabled: enable it on the switch or with ibportstate, and check " + probe
 	case p.PhysState.Num == sysfs.PhysPolling || p.PhysState.Num == sysfs.PhysSleep:
-		remedy = "no link partner: check the cable and transceiver (mlxlink -d " + f.addr + ") and the switch port"
+		remedy = "no link partner: check the cable and transceiver (" + probe + ") and the switch port"
 	case p.PhysState.Num == sysfs.PhysLinkUp && (p.State.Num == sysfs.PortInit || p.State.Num == sysfs.PortArmed):
 		remedy = "the link is up but no subnet manager has brought the port to ACTIVE: check opensm/UFM and that this port is in its partition"
 	default:
-		remedy = "check ibstat / mlxlink -d " + f.addr + ", the cable and the switch port"
+		remedy = "check ibstat / " + probe + ", the cable and the switch port"
+		if f.vendor != VendorMellanox {
+			remedy = "check " + probe + ", the cable and the switch port"
+		}
 	}
 	what := "port"
 	if f.pf != "" {
