@@ -1,7 +1,6 @@
 package monitor_test
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -84,44 +83,6 @@ func (n *node) attach(i int) {
 
 // syncBuffer collects the agent's log lines.
 type syncBuffer = testutil.LogBuffer
-
-// driftTransitions checks that, per attachment and reason, the log's
-// "drift detected" and "drift recovered" lines alternate, starting with a
-// detection and ending with a recovery, and counts the detections by
-// reason.
-func driftTransitions(t *testing.T, s *syncBuffer) map[string]int {
-	t.Helper()
-	field := func(line, key string) string {
-		_, v, _ := strings.Cut(line, " "+key+"=")
-		v, _, _ = strings.Cut(v, " ")
-		return v
-	}
-	drifting := map[string]bool{}
-	counts := map[string]int{}
-	sc := bufio.NewScanner(strings.NewReader(s.String()))
-	for sc.Scan() {
-		line := sc.Text()
-		detected := strings.Contains(line, `msg="drift detected"`)
-		if !detected && !strings.Contains(line, `msg="drift recovered"`) {
-			continue
-		}
-		reason := field(line, "reason")
-		k := field(line, "containerID") + " " + reason
-		if drifting[k] == detected {
-			t.Errorf("logged twice in a row for %s: %s", k, line)
-		}
-		drifting[k] = detected
-		if detected {
-			counts[reason]++
-		}
-	}
-	for k, d := range drifting {
-		if d {
-			t.Errorf("%s: a drift never logged as recovered", k)
-		}
-	}
-	return counts
-}
 
 // agent is the agent under test, run by the shared harness; its methods
 // end the test t on failure.
@@ -310,12 +271,12 @@ func TestMonitorEndToEnd(t *testing.T) {
 		t.Errorf("doctor gauges missing: %v", m)
 	}
 
-	// Each drift and each recovery was logged once: per attachment and
-	// reason, "drift detected" and "drift recovered" alternate. The renames
-	// were two; the carrier drop was one, and a rename may add more: the
-	// kernel renames only a link that is down, so an event-driven check
-	// can see the VF without carrier for that moment, which is true.
-	counts := driftTransitions(t, a.logs)
+	// Each drift was counted once when it began
+	// (sriov_stable_drift_events_total): the renames were two; the carrier
+	// drop was one, and a rename may add more: the kernel renames only a
+	// link that is down, so an event-driven check can see the VF without
+	// carrier for that moment, which is true.
+	m = a.scrape()
 	for _, want := range []struct {
 		reason string
 		min    int
@@ -324,8 +285,9 @@ func TestMonitorEndToEnd(t *testing.T) {
 		{"renamed", 2, 2},
 		{"port-down", 1, 1 + 2*2},
 	} {
-		if got := counts[want.reason]; got < want.min || got > want.max {
-			t.Errorf("%d drifts with reason %s logged, want %d to %d", got, want.reason, want.min, want.max)
+		got := m[promtext.Series("sriov_stable_drift_events_total", "network", network, "reason", want.reason)]
+		if got < float64(want.min) || got > float64(want.max) {
+			t.Errorf("%v drifts with reason %s counted, want %d to %d", got, want.reason, want.min, want.max)
 		}
 	}
 
