@@ -10,8 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/integration/cluster/kubecluster"
 )
 
 // churn runs pod create/delete cycles on a NAD from several workers at
@@ -96,18 +99,18 @@ func (ch *churn) cycle(ctx context.Context, name string) {
 func (ch *churn) attempt(ctx context.Context, name string) (created time.Time, rejected string) {
 	c := ch.c
 	start := time.Now()
-	if _, err := c.createPod(ctx, podSpec(name, ch.nad, resourceVF)); err != nil {
+	if _, err := c.CreatePod(ctx, kubecluster.PodSpec(name, ch.nad, kubecluster.ResourceVF)); err != nil {
 		ch.fail("create %s: %v", name, err)
 		return start, ""
 	}
 	defer func() {
-		if err := c.deletePods(ctx, 180*time.Second, name); err != nil {
+		if err := c.DeletePods(ctx, 180*time.Second, name); err != nil {
 			ch.fail("delete %s: %v", name, err)
 		}
 	}()
-	p, err := c.waitRunning(ctx, name, 180*time.Second)
+	p, err := c.WaitRunning(ctx, name, 180*time.Second)
 	if p != nil && p.Status.Phase == corev1.PodFailed && p.Status.Reason == "UnexpectedAdmissionError" &&
-		strings.Contains(p.Status.Message, "unhealthy devices "+resourceVF) {
+		strings.Contains(p.Status.Message, "unhealthy devices "+kubecluster.ResourceVF) {
 		return start, p.Status.Message
 	}
 	if err != nil {
@@ -155,7 +158,7 @@ func (w *restartWindow) explains(created time.Time) bool {
 
 // waitBack waits until the last restart's kubelet is back.
 func (w *restartWindow) waitBack(timeout time.Duration) error {
-	return waitFor(timeout, 250*time.Millisecond, "kubelet back after its restart", func() (bool, error) {
+	return kubecluster.WaitFor(timeout, 250*time.Millisecond, "kubelet back after its restart", func() (bool, error) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		return !w.back.IsZero(), nil
@@ -166,16 +169,16 @@ func (w *restartWindow) waitBack(timeout time.Duration) error {
 // network-status names (in churn, asking kubelet for every pod would
 // serialize the workers on its PodResources API).
 func (c *cluster) checkOwnAttachment(p *corev1.Pod, nad string) error {
-	st, err := networkStatus(p)
+	st, err := kubecluster.NetworkStatus(p)
 	if err != nil {
 		return err
 	}
 	for _, s := range st {
-		if s.Name == testNamespace+"/"+nad && s.DeviceInfo != nil && s.DeviceInfo.Pci != nil {
+		if s.Name == kubecluster.Namespace+"/"+nad && s.DeviceInfo != nil && s.DeviceInfo.Pci != nil {
 			return c.checkAttachment(p, nad, s.DeviceInfo.Pci.PciAddress)
 		}
 	}
-	return fmt.Errorf("pod %s: no network-status with device-info for %s: %s", p.Name, nad, p.Annotations[networkStatusAnnotation])
+	return fmt.Errorf("pod %s: no network-status with device-info for %s: %s", p.Name, nad, p.Annotations[nadv1.NetworkStatusAnnot])
 }
 
 // ourFailure is in the message of every FailedCreatePodSandBox that our
@@ -192,7 +195,7 @@ const ourFailure = `plugin type="sriov-stable-cni"`
 // (ourFailure) apart, each with its count; counts["ours"] counts those.
 func (c *cluster) sandboxFailures(ctx context.Context, since time.Time) (counts map[string]int, msgs, ours []string) {
 	counts = map[string]int{}
-	list, err := c.client.CoreV1().Events(testNamespace).List(ctx, metav1.ListOptions{FieldSelector: "type=Warning"})
+	list, err := c.Client.CoreV1().Events(kubecluster.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "type=Warning"})
 	if err != nil {
 		return map[string]int{"cannot list events: " + err.Error(): 1}, []string{err.Error()}, []string{"cannot list events: " + err.Error()}
 	}

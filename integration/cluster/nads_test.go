@@ -4,17 +4,11 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
 
-	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	podresources "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"github.com/sriov-stable-cni/sriov-stable-cni/integration/cluster/kubecluster"
 )
 
 // The NetworkAttachmentDefinitions of the scenarios. Multus writes the
@@ -58,13 +52,13 @@ func (c *cluster) ensureNADs(t *testing.T) {
 			name, resource string
 			plugins        []map[string]any
 		}{
-			{nadVF, resourceVF, []map[string]any{hostDevice(), ours()}},
-			{nadUdev, resourceVF, []map[string]any{hostDevice(), {"type": "rename-as-udev", "newName": "ib0"}, ours()}},
-			{nadUdevName, resourceVF, []map[string]any{hostDevice(), {"type": "rename-as-udev", "newName": "{host}"}, ours()}},
-			{nadZeroGUID, resourceZeroGUID, []map[string]any{hostDevice(), ours()}},
-			{nadHostDev, resourceVF, []map[string]any{hostDevice()}},
+			{nadVF, kubecluster.ResourceVF, []map[string]any{hostDevice(), ours()}},
+			{nadUdev, kubecluster.ResourceVF, []map[string]any{hostDevice(), {"type": "rename-as-udev", "newName": "ib0"}, ours()}},
+			{nadUdevName, kubecluster.ResourceVF, []map[string]any{hostDevice(), {"type": "rename-as-udev", "newName": "{host}"}, ours()}},
+			{nadZeroGUID, kubecluster.ResourceZeroGUID, []map[string]any{hostDevice(), ours()}},
+			{nadHostDev, kubecluster.ResourceVF, []map[string]any{hostDevice()}},
 		} {
-			if err = c.createNAD(ctx, n.name, n.resource, n.plugins...); err != nil {
+			if err = c.CreateNAD(ctx, n.name, n.resource, n.plugins...); err != nil {
 				return
 			}
 		}
@@ -72,23 +66,6 @@ func (c *cluster) ensureNADs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-func (c *cluster) createNAD(ctx context.Context, name, resource string, plugins ...map[string]any) error {
-	conf, err := json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": name, "plugins": plugins})
-	if err != nil {
-		return err
-	}
-	nad := &nadv1.NetworkAttachmentDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace,
-			Annotations: map[string]string{resourceNameAnnotation: resource}},
-		Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: string(conf)},
-	}
-	_, err = c.nads.K8sCniCncfIoV1().NetworkAttachmentDefinitions(testNamespace).Create(ctx, nad, metav1.CreateOptions{})
-	if err != nil {
-		return fmt.Errorf("create NAD %s: %w", name, err)
-	}
-	return nil
 }
 
 var daemonSetOnce sync.Once
@@ -102,35 +79,4 @@ func (c *cluster) ensureDaemonSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-// allocations asks kubelet's PodResources API (the socket Multus reads)
-// which devices of a resource each pod of the test namespace holds.
-func allocations(ctx context.Context, resource string) (map[string][]string, error) {
-	conn, err := grpc.NewClient("unix:///var/lib/kubelet/pod-resources/kubelet.sock",
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	resp, err := podresources.NewPodResourcesListerClient(conn).List(ctx, &podresources.ListPodResourcesRequest{})
-	if err != nil {
-		return nil, fmt.Errorf("kubelet PodResources List: %w", err)
-	}
-	out := map[string][]string{}
-	for _, p := range resp.PodResources {
-		if p.Namespace != testNamespace {
-			continue
-		}
-		for _, ctr := range p.Containers {
-			for _, d := range ctr.Devices {
-				if d.ResourceName == resource {
-					out[p.Name] = append(out[p.Name], d.DeviceIds...)
-				}
-			}
-		}
-	}
-	return out, nil
 }

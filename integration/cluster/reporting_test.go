@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -27,14 +26,15 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 
-	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
+	"github.com/sriov-stable-cni/sriov-stable-cni/integration/cluster/kubecluster"
 )
 
 // Issue 17's scenarios (s8 to sb): the monitor tells Kubernetes, deployed
 // with deploy/kube-reporting (or deploy/kube-reporting-taint) as an
-// operator would add it. Their files are named s8, s9, sa, sb so that they
-// run after scenarios 1 to 7 (go test runs files in lexical order, where
-// s10 would come before s2).
+// operator would add it. Their files are named s8, s9, sa, sb, and their
+// tests TestS8…, TestS9…, TestSA…, TestSB…, so that they run after
+// scenarios 0 to 7 (go test runs files in lexical order, where s10 would
+// come before s2) and so that -test.run=TestS1 selects scenario 1 alone.
 
 // doctorInterval replaces the shipped --doctor-interval (5 min) in
 // scenarios 9 and 10, the one change the e2e makes to the shipped
@@ -74,7 +74,7 @@ func (c *cluster) ensureReporting(t *testing.T, component string, fastDoctor boo
 		}
 		return p
 	}
-	ds, err := c.client.AppsV1().DaemonSets(daemonSetNamespace).Get(ctx, daemonSetName, metav1.GetOptions{})
+	ds, err := c.Client.AppsV1().DaemonSets(daemonSetNamespace).Get(ctx, daemonSetName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,9 +96,9 @@ func (c *cluster) ensureReporting(t *testing.T, component string, fastDoctor boo
 	if component != componentTaint {
 		for _, del := range []func() error{
 			func() error {
-				return c.client.RbacV1().ClusterRoleBindings().Delete(ctx, taintRole, metav1.DeleteOptions{})
+				return c.Client.RbacV1().ClusterRoleBindings().Delete(ctx, taintRole, metav1.DeleteOptions{})
 			},
-			func() error { return c.client.RbacV1().ClusterRoles().Delete(ctx, taintRole, metav1.DeleteOptions{}) },
+			func() error { return c.Client.RbacV1().ClusterRoles().Delete(ctx, taintRole, metav1.DeleteOptions{}) },
 		} {
 			if err := del(); err != nil && !apierrors.IsNotFound(err) {
 				t.Fatal(err)
@@ -152,7 +152,7 @@ func setDoctorInterval(objs []*unstructured.Unstructured, every time.Duration) e
 // only kube-proxy's rules can carry a connection to it; and the process
 // holds a TCP connection established to it. It returns what it found.
 func (c *cluster) inClusterPath(ctx context.Context, ds *corev1.Pod) (string, error) {
-	svc, err := c.client.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
+	svc, err := c.Client.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
 	if err != nil {
 		return "", err
 	}
@@ -181,7 +181,7 @@ func (c *cluster) inClusterPath(ctx context.Context, ds *corev1.Pod) (string, er
 		return "", fmt.Errorf("the agent (pid %d) has no TCP connection established to the Service's %s; it has %v", pid, peer, conns)
 	}
 	var endpoints []string
-	eps, err := c.client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=kubernetes"})
+	eps, err := c.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=kubernetes"})
 	if err != nil {
 		return "", err
 	}
@@ -269,18 +269,15 @@ func ipOrV4(ip net.IP) net.IP {
 	return ip
 }
 
-// kubectl runs the real kubectl (built by build.sh at the cluster's
-// version) as the cluster's admin and returns its output, for the figures
-// an operator would see.
+// kubectl runs kubectl as the cluster's admin and returns its output, for
+// the figures an operator would see; a failure fails the test.
 func (c *cluster) kubectl(t *testing.T, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(*binDir, "kubectl"), append([]string{"--kubeconfig", c.pki.Kubeconfig,
-		"--cache-dir", filepath.Join(runDir, "kubectl-cache")}, args...)...)
-	out, err := cmd.CombinedOutput()
+	out, err := c.Kubectl(args...)
 	if err != nil {
-		t.Errorf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		t.Error(err)
 	}
-	return string(out)
+	return out
 }
 
 // showKubectl prints what kubectl shows, framed, for docs/monitor.md.
@@ -291,82 +288,15 @@ func (c *cluster) showKubectl(t *testing.T, args ...string) string {
 	return out
 }
 
-// setGUID writes a VF's node and port GUID into the fixture, as the kernel
-// shows them once the firmware holds them.
-func (n *node) setGUID(vf sysfstest.DGXVF, guid string) {
-	n.dgx.SetRDMA(vf.PCI, sysfstest.RDMA{Name: vf.RDMA, NodeGUID: guid, FWVer: sysfstest.DGXFirmware,
-		Ports: []sysfstest.Port{{GID0: sysfstest.GID0(guid)}}})
-}
-
-// setPortDown writes a VF's port as administratively disabled (or, with
-// down false, ACTIVE/LinkUp again), keeping its GUID.
-func (n *node) setPortDown(vf sysfstest.DGXVF, down bool) {
-	p := sysfstest.Port{GID0: sysfstest.GID0(vf.PortGUID)}
-	if down {
-		p.State, p.PhysState = "1: DOWN", "3: Disabled"
-	}
-	n.dgx.SetPort(vf.PCI, vf.RDMA, 1, p)
-}
-
-// nodeCondition returns the node's condition of a type (nil without one).
-func (c *cluster) nodeCondition(ctx context.Context, typ string) (*corev1.NodeCondition, *corev1.Node, error) {
-	n, err := c.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-	if err != nil {
-		return nil, nil, err
-	}
-	for i := range n.Status.Conditions {
-		if string(n.Status.Conditions[i].Type) == typ {
-			return &n.Status.Conditions[i], n, nil
-		}
-	}
-	return nil, n, nil
-}
-
-// nodeTaint returns the node's taint of a key (nil without one).
-func nodeTaint(n *corev1.Node, key string) *corev1.Taint {
-	for i := range n.Spec.Taints {
-		if n.Spec.Taints[i].Key == key {
-			return &n.Spec.Taints[i]
-		}
-	}
-	return nil
-}
-
-// eventsOf lists the events about an object of the test namespace (or,
-// with kind Node, about the node) with a reason, oldest first.
-func (c *cluster) eventsOf(ctx context.Context, kind, name, reason string) ([]corev1.Event, error) {
-	ns := testNamespace
-	if kind == "Node" {
-		ns = metav1.NamespaceDefault
-	}
-	sel := "involvedObject.kind=" + kind + ",involvedObject.name=" + name + ",reason=" + reason
-	list, err := c.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
-	if err != nil {
-		return nil, err
-	}
-	slices.SortFunc(list.Items, func(a, b corev1.Event) int { return a.FirstTimestamp.Compare(b.FirstTimestamp.Time) })
-	return list.Items, nil
-}
-
 // agentLogClean checks the monitor's log of the DaemonSet pod for API
 // errors: the ClusterRole must let it do all it does.
 func agentLogClean(t *testing.T, p *corev1.Pod) {
 	t.Helper()
-	log := containerLog(p, "monitor")
+	log := kubecluster.ContainerLog(p, "monitor")
 	for _, bad := range []string{"forbidden", "Forbidden", "cannot update"} {
 		if strings.Contains(log, bad) {
-			t.Errorf("the monitor's log has %q:\n%s", bad, lastLines(log, 30))
+			t.Errorf("the monitor's log has %q:\n%s", bad, kubecluster.LastLines(log, 30))
 			return
 		}
 	}
-}
-
-// vfByPCI is the fixture's VF at a PCI address.
-func (n *node) vfByPCI(pci string) sysfstest.DGXVF {
-	for _, vf := range n.vfs {
-		if vf.PCI == pci {
-			return vf
-		}
-	}
-	return sysfstest.DGXVF{}
 }

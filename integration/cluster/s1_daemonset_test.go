@@ -19,19 +19,18 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/integration/cluster/kubecluster"
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/promtext"
 )
 
 const (
 	daemonSetNamespace = "sriov-stable-cni"
 	daemonSetName      = "sriov-stable-cni"
-	installedPlugin    = cniBinDir + "/sriov-stable-cni"
+	installedPlugin    = kubecluster.CNIBinDir + "/sriov-stable-cni"
 )
 
 // fixtureSysfsPatch is the e2e's one addition to deploy/daemonset: the
@@ -116,29 +115,6 @@ patches:
 	return objs, nil
 }
 
-// apply server-side applies the objects, as kubectl apply --server-side.
-func (c *cluster) apply(ctx context.Context, objs []*unstructured.Unstructured) error {
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.client.Discovery()))
-	for _, o := range objs {
-		gvk := o.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			return fmt.Errorf("%s: %w", gvk, err)
-		}
-		r := c.dyn.Resource(m.Resource)
-		opts := metav1.ApplyOptions{FieldManager: "sriov-e2e", Force: true}
-		if o.GetNamespace() != "" {
-			_, err = r.Namespace(o.GetNamespace()).Apply(ctx, o.GetName(), o, opts)
-		} else {
-			_, err = r.Apply(ctx, o.GetName(), o, opts)
-		}
-		if err != nil {
-			return fmt.Errorf("apply %s %s: %w", gvk.Kind, o.GetName(), err)
-		}
-	}
-	return nil
-}
-
 // deployDaemonSet applies the DaemonSet of a version and waits until its
 // pod on the node runs that image and is Ready.
 func (c *cluster) deployDaemonSet(ctx context.Context, version string, timeout time.Duration) (*corev1.Pod, error) {
@@ -152,12 +128,12 @@ func (c *cluster) deployDaemonSet(ctx context.Context, version string, timeout t
 // applyDaemonSet applies rendered objects and waits until the DaemonSet's
 // pod on the node runs the image of version and is Ready.
 func (c *cluster) applyDaemonSet(ctx context.Context, objs []*unstructured.Unstructured, version string, timeout time.Duration) (*corev1.Pod, error) {
-	if err := c.apply(ctx, objs); err != nil {
+	if err := c.Apply(ctx, objs); err != nil {
 		return nil, err
 	}
 	var pod *corev1.Pod
-	err := waitFor(timeout, 250*time.Millisecond, "DaemonSet "+version+" rolled out", func() (bool, error) {
-		ds, err := c.client.AppsV1().DaemonSets(daemonSetNamespace).Get(ctx, daemonSetName, metav1.GetOptions{})
+	err := kubecluster.WaitFor(timeout, 250*time.Millisecond, "DaemonSet "+version+" rolled out", func() (bool, error) {
+		ds, err := c.Client.AppsV1().DaemonSets(daemonSetNamespace).Get(ctx, daemonSetName, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -168,8 +144,8 @@ func (c *cluster) applyDaemonSet(ctx context.Context, objs []*unstructured.Unstr
 		if err != nil {
 			return false, err
 		}
-		if img := pod.Spec.Containers[0].Image; img != imageRef(version) || !podReady(pod) {
-			return false, fmt.Errorf("pod %s runs %s, ready %v", pod.Name, img, podReady(pod))
+		if img := pod.Spec.Containers[0].Image; img != imageRef(version) || !kubecluster.PodReady(pod) {
+			return false, fmt.Errorf("pod %s runs %s, ready %v", pod.Name, img, kubecluster.PodReady(pod))
 		}
 		return true, nil
 	})
@@ -185,7 +161,7 @@ func rolledOut(ds *appsv1.DaemonSet) bool {
 // daemonSetPod is the DaemonSet's one pod (the newest when two exist
 // during a rollout).
 func (c *cluster) daemonSetPod(ctx context.Context) (*corev1.Pod, error) {
-	list, err := c.client.CoreV1().Pods(daemonSetNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=sriov-stable-cni"})
+	list, err := c.Client.CoreV1().Pods(daemonSetNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=sriov-stable-cni"})
 	if err != nil {
 		return nil, err
 	}
@@ -200,17 +176,6 @@ func (c *cluster) daemonSetPod(ctx context.Context) (*corev1.Pod, error) {
 		return nil, fmt.Errorf("no pod of DaemonSet %s", daemonSetName)
 	}
 	return newest, nil
-}
-
-// containerLog reads a container's log from the node (/var/log/pods).
-func containerLog(p *corev1.Pod, container string) string {
-	dir := filepath.Join("/var/log/pods", p.Namespace+"_"+p.Name+"_"+string(p.UID), container)
-	files, _ := filepath.Glob(filepath.Join(dir, "*.log"))
-	var out strings.Builder
-	for _, f := range files {
-		out.WriteString(readFile(f))
-	}
-	return out.String()
 }
 
 func fileSHA256(path string) (string, error) {
@@ -236,7 +201,7 @@ func installedVersion() (string, error) {
 // scrape fetches the monitor's metrics from the DaemonSet pod.
 func scrape(p *corev1.Pod) (promtext.Metrics, error) {
 	client := &http.Client{Timeout: 5 * time.Second}
-	body, err := httpGet(client, "http://"+p.Status.PodIP+":9808/metrics")
+	body, err := kubecluster.HTTPGet(client, "http://"+p.Status.PodIP+":9808/metrics")
 	if err != nil {
 		return nil, err
 	}
@@ -278,7 +243,7 @@ func TestS1DaemonSet(t *testing.T) {
 	if len(st) != 1 || st[0].State.Terminated == nil || st[0].State.Terminated.ExitCode != 0 {
 		t.Errorf("install init container did not complete: %+v", st)
 	}
-	log := containerLog(pod, "install")
+	log := kubecluster.ContainerLog(pod, "install")
 	if !strings.Contains(log, "/host/opt/cni/bin/sriov-stable-cni") || !strings.Contains(log, "sha256 "+want) ||
 		!strings.Contains(log, "CNI versions") {
 		t.Errorf("the installer's log does not report the verified binary (sha256 %s):\n%s", want, log)
@@ -299,7 +264,7 @@ func TestS1DaemonSet(t *testing.T) {
 	if !m.Is(build, 1) {
 		t.Errorf("the monitor's metrics have no %s:\n%s", build, m.Dump("sriov_stable_agent"))
 	}
-	t.Logf("monitor serves %d series; installer: %s", len(m), strings.TrimSpace(lastLines(log, 1)))
+	t.Logf("monitor serves %d series; installer: %s", len(m), strings.TrimSpace(kubecluster.LastLines(log, 1)))
 }
 
 // buildCommit is the commit label of the agent's build info series.

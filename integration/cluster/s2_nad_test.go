@@ -14,6 +14,8 @@ import (
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	nadutils "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/utils"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/integration/cluster/kubecluster"
 )
 
 // eightPods are scenario 2's pods, which scenario 3 goes on with.
@@ -30,11 +32,11 @@ func (c *cluster) startPods(ctx context.Context, names []string, nad, res string
 	for i, name := range names {
 		wg.Go(func() {
 			start := time.Now()
-			if _, err := c.createPod(ctx, podSpec(name, nad, res)); err != nil {
+			if _, err := c.CreatePod(ctx, kubecluster.PodSpec(name, nad, res)); err != nil {
 				errs[i] = err
 				return
 			}
-			pods[i], errs[i] = c.waitRunning(ctx, name, timeout)
+			pods[i], errs[i] = c.WaitRunning(ctx, name, timeout)
 			took[i] = time.Since(start)
 		})
 	}
@@ -54,34 +56,34 @@ func (c *cluster) startPods(ctx context.Context, names []string, nad, res string
 // that MAC and the VF's PCI address, RDMA device and PF in its device-info:
 // the last two our plugin's completion of the Device Info file.
 func (c *cluster) checkAttachment(p *corev1.Pod, nad, pci string) error {
-	netns, err := c.podNetns(p)
+	netns, err := c.PodNetns(p)
 	if err != nil {
 		return err
 	}
-	l, err := linkIn(netns, "net1")
+	l, err := kubecluster.LinkIn(netns, "net1")
 	if err != nil || l == nil {
 		return fmt.Errorf("pod %s: no net1 in %s (%v)", p.Name, netns, err)
 	}
-	want := c.node.standIns[pci]
+	want := c.Node.StandIns[pci]
 	if want == nil {
 		return fmt.Errorf("pod %s was allocated %s, not a VF of the node", p.Name, pci)
 	}
 	if !slices.Contains(l.Attrs().AltNames, want.AltName) {
 		return fmt.Errorf("pod %s: net1 has altnames %v, not %s of the allocated VF %s", p.Name, l.Attrs().AltNames, want.AltName, pci)
 	}
-	if mac := l.Attrs().HardwareAddr.String(); mac != c.node.macs[pci] {
-		return fmt.Errorf("pod %s: net1 has MAC %s, the allocated VF %s has %s", p.Name, mac, pci, c.node.macs[pci])
+	if mac := l.Attrs().HardwareAddr.String(); mac != c.Node.MACs[pci] {
+		return fmt.Errorf("pod %s: net1 has MAC %s, the allocated VF %s has %s", p.Name, mac, pci, c.Node.MACs[pci])
 	}
-	st, err := networkStatus(p)
+	st, err := kubecluster.NetworkStatus(p)
 	if err != nil {
 		return err
 	}
 	for _, s := range st {
-		if s.Name != testNamespace+"/"+nad {
+		if s.Name != kubecluster.Namespace+"/"+nad {
 			continue
 		}
-		if s.Interface != "net1" || s.Mac != c.node.macs[pci] {
-			return fmt.Errorf("pod %s: network-status of %s is interface %q mac %q, want net1 %s", p.Name, nad, s.Interface, s.Mac, c.node.macs[pci])
+		if s.Interface != "net1" || s.Mac != c.Node.MACs[pci] {
+			return fmt.Errorf("pod %s: network-status of %s is interface %q mac %q, want net1 %s", p.Name, nad, s.Interface, s.Mac, c.Node.MACs[pci])
 		}
 		if s.DeviceInfo == nil || s.DeviceInfo.Pci == nil || s.DeviceInfo.Pci.PciAddress != pci {
 			return fmt.Errorf("pod %s: network-status of %s has device-info %+v, want pci-address %s", p.Name, nad, s.DeviceInfo, pci)
@@ -89,24 +91,24 @@ func (c *cluster) checkAttachment(p *corev1.Pod, nad, pci string) error {
 		// The device plugin's file has the address alone (checked in
 		// scenario 2): the RDMA device and the PF are our plugin's
 		// completion of the CNIDeviceInfoFile Multus handed it.
-		if got, want := *s.DeviceInfo.Pci, (nadv1.PciDevice{PciAddress: pci, RdmaDevice: c.node.vfByPCI(pci).RDMA, PfPciAddress: c.node.pfOf(pci)}); got != want {
+		if got, want := *s.DeviceInfo.Pci, (nadv1.PciDevice{PciAddress: pci, RdmaDevice: c.Node.VFByPCI(pci).RDMA, PfPciAddress: c.Node.PFOf(pci)}); got != want {
 			return fmt.Errorf("pod %s: network-status of %s has pci device-info %+v, want %+v (rdma-device and pf-pci-address completed by sriov-stable-cni)",
 				p.Name, nad, got, want)
 		}
 		return nil
 	}
-	return fmt.Errorf("pod %s: network-status has no entry for %s/%s: %s", p.Name, testNamespace, nad, p.Annotations[networkStatusAnnotation])
+	return fmt.Errorf("pod %s: network-status has no entry for %s/%s: %s", p.Name, kubecluster.Namespace, nad, p.Annotations[nadv1.NetworkStatusAnnot])
 }
 
 // checkRepaired checks that our plugin found the VF under its udev name (its
 // host name) and renamed it net1: its record's foundAs, and its log line.
 func (c *cluster) checkRepaired(t *testing.T, pci string) error {
-	udev := c.node.vfByPCI(pci).NetDev
+	udev := c.Node.VFByPCI(pci).NetDev
 	rec := recordOf(t, pci)
 	if rec.FoundAs != udev || rec.IfName != "net1" {
 		return fmt.Errorf("VF %s: the record says ADD found it as %q for %q, want its udev name %s renamed to net1", pci, rec.FoundAs, rec.IfName, udev)
 	}
-	if log := readFile(pluginLog); !logHas(log, `msg="repaired VF name"`, "vf="+pci, "was="+udev, "now=net1") {
+	if log := kubecluster.ReadText(pluginLog); !logHas(log, `msg="repaired VF name"`, "vf="+pci, "was="+udev, "now=net1") {
 		return fmt.Errorf("VF %s: %s has no \"repaired VF name\" line from %s to net1", pci, pluginLog, udev)
 	}
 	return nil
@@ -123,7 +125,7 @@ func (c *cluster) ensureEightPods(t *testing.T) {
 	for i := range 8 {
 		names = append(names, fmt.Sprintf("vf-%d", i))
 	}
-	if _, _, err := c.startPods(context.Background(), names, nadUdevName, resourceVF, 120*time.Second); err != nil {
+	if _, _, err := c.startPods(context.Background(), names, nadUdevName, kubecluster.ResourceVF, 120*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	eightPods = names
@@ -152,14 +154,14 @@ func TestS2EightPods(t *testing.T) {
 		names = append(names, fmt.Sprintf("vf-%d", i))
 	}
 	start := time.Now()
-	pods, took, err := c.startPods(ctx, names, nadUdevName, resourceVF, 120*time.Second)
+	pods, took, err := c.startPods(ctx, names, nadUdevName, kubecluster.ResourceVF, 120*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	eightPods = names
 	p50, p90 := quantiles(took)
 	figf("2 NAD", "8 pods at once, create to all Ready (each VF handed over under its udev name)", "%.1f s (per pod p50 %s, p90 %s)", time.Since(start).Seconds(), ms(p50), ms(p90))
-	alloc, err := allocations(ctx, resourceVF)
+	alloc, err := kubecluster.Allocations(ctx, kubecluster.ResourceVF)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +169,7 @@ func TestS2EightPods(t *testing.T) {
 	for _, p := range pods {
 		ids := alloc[p.Name]
 		if len(ids) != 1 {
-			t.Errorf("pod %s holds %d devices of %s (%v), want 1", p.Name, len(ids), resourceVF, ids)
+			t.Errorf("pod %s holds %d devices of %s (%v), want 1", p.Name, len(ids), kubecluster.ResourceVF, ids)
 			continue
 		}
 		if other, dup := seen[ids[0]]; dup {
@@ -184,7 +186,7 @@ func TestS2EightPods(t *testing.T) {
 	// What Multus copied for our plugin to complete: the device plugin's
 	// file of each allocated VF names its address alone.
 	for pci := range seen {
-		info, err := nadutils.LoadDeviceInfoFromDP(resourceVF, pci)
+		info, err := nadutils.LoadDeviceInfoFromDP(kubecluster.ResourceVF, pci)
 		if err != nil {
 			t.Errorf("the device plugin's Device Info file of %s: %v", pci, err)
 			continue

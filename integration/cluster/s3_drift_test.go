@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/integration/cluster/kubecluster"
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/promtext"
 )
 
@@ -115,16 +117,16 @@ func TestS3DriftAndDelete(t *testing.T) {
 	c := mustCluster(t)
 	c.ensureEightPods(t)
 	ctx := context.Background()
-	pod, err := c.client.CoreV1().Pods(testNamespace).Get(ctx, eightPods[0], metav1.GetOptions{})
+	pod, err := c.Client.CoreV1().Pods(kubecluster.Namespace).Get(ctx, eightPods[0], metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	alloc, err := allocations(ctx, resourceVF)
+	alloc, err := kubecluster.Allocations(ctx, kubecluster.ResourceVF)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pci := alloc[pod.Name][0]
-	netns, err := c.podNetns(pod)
+	netns, err := c.PodNetns(pod)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +147,7 @@ func TestS3DriftAndDelete(t *testing.T) {
 	if interval < 5*driftBound {
 		t.Fatalf("the shipped sweep interval %v is too short to tell event-driven detection (within %v) from a sweep", interval, driftBound)
 	}
-	series := promtext.Series("sriov_stable_attachment_drift", "network", pod.Annotations[networksAnnotation], "reason", "renamed")
+	series := promtext.Series("sriov_stable_attachment_drift", "network", pod.Annotations[nadv1.NetworkAttachmentAnnot], "reason", "renamed")
 	sweeps := promtext.Series("sriov_stable_sweeps_total")
 	linkEvents := promtext.Series("sriov_stable_events_total", "source", "link")
 	before, err := c.awayFromSweep(ds, interval)
@@ -155,12 +157,12 @@ func TestS3DriftAndDelete(t *testing.T) {
 	if before[series] != 0 {
 		t.Fatalf("drift before the rename:\n%s", before.Dump("sriov_stable_attachment"))
 	}
-	if err := renameIn(netns, "net1", "drift0"); err != nil {
+	if err := kubecluster.RenameIn(netns, "net1", "drift0"); err != nil {
 		t.Fatal(err)
 	}
 	renamed := time.Now()
 	var m promtext.Metrics
-	err = waitFor(interval+15*time.Second, driftPoll, "the monitor reports the rename", func() (bool, error) {
+	err = kubecluster.WaitFor(interval+15*time.Second, driftPoll, "the monitor reports the rename", func() (bool, error) {
 		m, err = scrape(ds)
 		return err == nil && m.Is(series, 1), err
 	})
@@ -180,24 +182,24 @@ func TestS3DriftAndDelete(t *testing.T) {
 	if m[linkEvents] <= before[linkEvents] {
 		t.Errorf("no link event counted for the rename (%s %v, then %v)", linkEvents, before[linkEvents], m[linkEvents])
 	}
-	log := containerLog(ds, "monitor")
+	log := kubecluster.ContainerLog(ds, "monitor")
 	if !logHas(log, "drift detected", "containerID="+rec.ContainerID, "reason=renamed") {
-		t.Errorf("the monitor's log has no drift line for container %s:\n%s", rec.ContainerID, lastLines(log, 20))
+		t.Errorf("the monitor's log has no drift line for container %s:\n%s", rec.ContainerID, kubecluster.LastLines(log, 20))
 	}
 	// The attachment's own series names the pod (issue 17).
-	withPod := promtext.Series("sriov_stable_attachment_drift_reasons", "network", pod.Annotations[networksAnnotation], "reason", "renamed",
+	withPod := promtext.Series("sriov_stable_attachment_drift_reasons", "network", pod.Annotations[nadv1.NetworkAttachmentAnnot], "reason", "renamed",
 		"namespace", pod.Namespace, "pod", pod.Name, "container_id", rec.ContainerID, "ifname", "net1", "pci", pci)
 	if !m.Is(withPod, 1) {
 		t.Errorf("no %s:\n%s", withPod, m.Dump("sriov_stable_attachment"))
 	}
 
 	start := time.Now()
-	if err := c.deletePods(ctx, 120*time.Second, eightPods...); err != nil {
+	if err := c.DeletePods(ctx, 120*time.Second, eightPods...); err != nil {
 		t.Fatal(err)
 	}
 	eightPods = nil
 	figf("3 drift", "8 pods (one renamed) deleted to gone", "%.1f s", time.Since(start).Seconds())
-	if missing := c.node.vfsHome(); len(missing) > 0 {
+	if missing := c.Node.VFsHome(); len(missing) > 0 {
 		t.Errorf("VFs not back under their host name: %s", strings.Join(missing, ", "))
 	}
 	if recs := records(t); len(recs) > 0 {
@@ -219,7 +221,7 @@ func (c *cluster) awayFromSweep(ds *corev1.Pod, interval time.Duration) (promtex
 	}
 	sweeps := promtext.Series("sriov_stable_sweeps_total")
 	n := m[sweeps]
-	err = waitFor(interval+10*time.Second, 100*time.Millisecond, "the next sweep", func() (bool, error) {
+	err = kubecluster.WaitFor(interval+10*time.Second, 100*time.Millisecond, "the next sweep", func() (bool, error) {
 		m, err = scrape(ds)
 		return err == nil && m[sweeps] > n, err
 	})

@@ -11,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/integration/cluster/kubecluster"
 )
 
 // TestS4ZeroGUID: a pod on the VF whose node GUID is zero does not start;
@@ -22,20 +24,20 @@ func TestS4ZeroGUID(t *testing.T) {
 	c := mustCluster(t)
 	c.ensureNADs(t)
 	ctx := context.Background()
-	vf := c.node.zeroGUID
+	vf := c.Node.ZeroGUID
 	start := time.Now()
-	if _, err := c.createPod(ctx, podSpec("zero-guid", nadZeroGUID, resourceZeroGUID)); err != nil {
+	if _, err := c.CreatePod(ctx, kubecluster.PodSpec("zero-guid", nadZeroGUID, kubecluster.ResourceZeroGUID)); err != nil {
 		t.Fatal(err)
 	}
 	var event corev1.Event
-	err := waitFor(90*time.Second, 500*time.Millisecond, "a FailedCreatePodSandBox event with our error", func() (bool, error) {
-		for _, e := range c.podEvents(ctx, "zero-guid", corev1.EventTypeWarning) {
+	err := kubecluster.WaitFor(90*time.Second, 500*time.Millisecond, "a FailedCreatePodSandBox event with our error", func() (bool, error) {
+		for _, e := range c.PodEvents(ctx, "zero-guid", corev1.EventTypeWarning) {
 			if e.Reason == "FailedCreatePodSandBox" && strings.Contains(e.Message, "VF "+vf.PCI) {
 				event = e
 				return true, nil
 			}
 		}
-		return false, fmt.Errorf("events: %s", c.podTrouble("zero-guid"))
+		return false, fmt.Errorf("events: %s", c.PodTrouble("zero-guid"))
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -50,21 +52,21 @@ func TestS4ZeroGUID(t *testing.T) {
 	// Multus wraps a delegate's error as text ("error adding container to
 	// network ...: %v") under a code of its own: our code reaches kubelet
 	// because our message carries it. Our plugin's log has the failure too.
-	log := readFile(pluginLog)
+	log := kubecluster.ReadText(pluginLog)
 	if !logHas(log, "level=ERROR", "command=ADD", vf.PCI) {
-		t.Errorf("our plugin's log has no failed ADD for %s:\n%s", vf.PCI, lastLines(log, 10))
+		t.Errorf("our plugin's log has no failed ADD for %s:\n%s", vf.PCI, kubecluster.LastLines(log, 10))
 	}
-	p, err := c.client.CoreV1().Pods(testNamespace).Get(ctx, "zero-guid", metav1.GetOptions{})
+	p, err := c.Client.CoreV1().Pods(kubecluster.Namespace).Get(ctx, "zero-guid", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p.Status.Phase != corev1.PodPending {
 		t.Errorf("pod on the zero-GUID VF is %s, want Pending", p.Status.Phase)
 	}
-	if err := c.deletePods(ctx, 60*time.Second, "zero-guid"); err != nil {
+	if err := c.DeletePods(ctx, 60*time.Second, "zero-guid"); err != nil {
 		t.Fatal(err)
 	}
-	if missing := c.node.vfsHome(); len(missing) > 0 {
+	if missing := c.Node.VFsHome(); len(missing) > 0 {
 		t.Errorf("VFs not back under their host name: %s", strings.Join(missing, ", "))
 	}
 	if recs := records(t); len(recs) > 0 {

@@ -5,9 +5,7 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,8 +15,9 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/integration/cluster/kubecluster"
 )
 
 // churnWorkers is how many pods churn at once.
@@ -43,7 +42,7 @@ func TestS5Churn(t *testing.T) {
 			what string
 			do   func() error
 		}{
-			{int64(*churnCycles) / 3, "containerd", c.restartContainerd},
+			{int64(*churnCycles) / 3, "containerd", c.RestartContainerd},
 			{int64(*churnCycles) * 2 / 3, "kubelet", c.restartKubelet},
 		} {
 			for done() < r.at {
@@ -94,14 +93,14 @@ func TestS5Churn(t *testing.T) {
 func (c *cluster) checkNodeClean(t *testing.T, when string, runtimeRestarted bool) {
 	t.Helper()
 	ctx := context.Background()
-	pods, err := c.client.CoreV1().Pods(testNamespace).List(ctx, metav1.ListOptions{})
+	pods, err := c.Client.CoreV1().Pods(kubecluster.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(pods.Items) > 0 {
 		t.Errorf("%s: %d test pods left (a DEL still failing?)", when, len(pods.Items))
 	}
-	missing := c.node.vfsHome()
+	missing := c.Node.VFsHome()
 	if len(missing) > 0 {
 		t.Errorf("%s: VFs not back under their host name (stranded): %s", when, strings.Join(missing, ", "))
 	}
@@ -109,7 +108,7 @@ func (c *cluster) checkNodeClean(t *testing.T, when string, runtimeRestarted boo
 	if len(recs) > 0 {
 		t.Errorf("%s: %d records left: %v", when, len(recs), recs)
 	}
-	netns := c.node.podNetnsPaths()
+	netns := c.Node.PodNetnsPaths()
 	if runtimeRestarted {
 		var kept []string
 		for _, p := range netns {
@@ -137,15 +136,6 @@ func (c *cluster) checkNodeClean(t *testing.T, when string, runtimeRestarted boo
 		t.Errorf("%s: %d pod network namespaces left, want 1 (the DaemonSet pod's): %v", when, len(netns), netns)
 	}
 	figf("node", when, "%d VFs stranded, %d records, %d pod netns besides the DaemonSet's", len(missing), len(recs), max(len(netns)-1, 0))
-}
-
-// restartContainerd stops containerd (its shims and containers keep
-// running, as in an upgrade of containerd) and starts it again.
-func (c *cluster) restartContainerd() error {
-	if err := c.containerd.restart(30 * time.Second); err != nil {
-		return err
-	}
-	return c.waitContainerd()
 }
 
 // runtimeLeak tells why a pod netns left after a containerd restart is
@@ -208,20 +198,12 @@ func netnsHolders(path string) ([]string, error) {
 // containerdNames returns the id of a container in containerd's k8s.io
 // namespace whose spec names the netns at path, "" when none does.
 func (c *cluster) containerdNames(path string) (string, error) {
-	ctr := func(args ...string) (string, error) {
-		args = append([]string{"--address", containerdSocket, "--namespace", "k8s.io"}, args...)
-		out, err := exec.Command(filepath.Join(*binDir, "ctr"), args...).Output()
-		if err != nil {
-			return "", fmt.Errorf("ctr %s: %w", strings.Join(args, " "), err)
-		}
-		return string(out), nil
-	}
-	ids, err := ctr("containers", "list", "--quiet")
+	ids, err := c.Ctr("containers", "list", "--quiet")
 	if err != nil {
 		return "", err
 	}
 	for _, id := range strings.Fields(ids) {
-		info, err := ctr("containers", "info", id)
+		info, err := c.Ctr("containers", "info", id)
 		if err != nil {
 			return "", err
 		}
@@ -240,40 +222,15 @@ func removeNetnsMount(path string) error {
 	return os.Remove(path)
 }
 
-// restartKubelet stops kubelet and starts it again; it is back when its
-// healthz answers, it has posted a Ready heartbeat since, and the device
-// plugin has registered again (allocatable VFs as before).
+// restartKubelet restarts kubelet (kubecluster's RestartKubelet: back
+// when its healthz answers, it has posted a Ready heartbeat since, and the
+// device plugin has registered again) and keeps the window in which pods
+// may meet it without its devices (restartWindow).
 func (c *cluster) restartKubelet() error {
 	c.kubeletRestart.begin()
-	restarted := time.Now()
-	if err := c.kubelet.restart(30 * time.Second); err != nil {
+	if err := c.RestartKubelet(); err != nil {
 		return err
 	}
-	ctx := context.Background()
-	err := waitFor(120*time.Second, 250*time.Millisecond, "kubelet back", func() (bool, error) {
-		if err := c.kubelet.exitedEarly(); err != nil {
-			return false, fatalErr{err}
-		}
-		if _, err := httpGet(http.DefaultClient, "http://127.0.0.1:10248/healthz"); err != nil {
-			return false, err
-		}
-		n, err := c.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, cond := range n.Status.Conditions {
-			if cond.Type == corev1.NodeReady && (cond.Status != corev1.ConditionTrue || cond.LastHeartbeatTime.Time.Before(restarted.Truncate(time.Second))) {
-				return false, fmt.Errorf("no Ready heartbeat since the restart: %s %v", cond.Status, cond.LastHeartbeatTime)
-			}
-		}
-		q := n.Status.Allocatable[corev1.ResourceName(resourceVF)]
-		if q.Value() != int64(len(c.node.vfs)-1) {
-			return false, fmt.Errorf("allocatable %s is %d", resourceVF, q.Value())
-		}
-		return true, nil
-	})
-	if err == nil {
-		c.kubeletRestart.end()
-	}
-	return err
+	c.kubeletRestart.end()
+	return nil
 }

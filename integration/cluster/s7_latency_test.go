@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/integration/cluster/kubecluster"
 )
 
 // maxLatencyRatio bounds pod create-to-Running with our plugin in the chain
@@ -27,14 +29,14 @@ func TestS7StartLatency(t *testing.T) {
 	took := map[string][]time.Duration{}
 	one := func(nad, name string) {
 		start := time.Now()
-		if _, err := c.createPod(ctx, podSpec(name, nad, resourceVF)); err != nil {
+		if _, err := c.CreatePod(ctx, kubecluster.PodSpec(name, nad, kubecluster.ResourceVF)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.waitRunning(ctx, name, 120*time.Second); err != nil {
+		if _, err := c.WaitRunning(ctx, name, 120*time.Second); err != nil {
 			t.Fatal(err)
 		}
 		took[nad] = append(took[nad], time.Since(start))
-		if err := c.deletePods(ctx, 120*time.Second, name); err != nil {
+		if err := c.DeletePods(ctx, 120*time.Second, name); err != nil {
 			t.Fatal(err)
 		}
 	}

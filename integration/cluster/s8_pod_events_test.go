@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/integration/cluster/kubecluster"
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/promtext"
 )
 
@@ -29,33 +30,33 @@ func TestS8PodEvents(t *testing.T) {
 	ds := c.ensureReporting(t, componentReporting, false)
 	ctx := context.Background()
 	const name = "drift-events"
-	if _, err := c.createPod(ctx, podSpec(name, nadVF, resourceVF)); err != nil {
+	if _, err := c.CreatePod(ctx, kubecluster.PodSpec(name, nadVF, kubecluster.ResourceVF)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := c.deletePods(ctx, 60*time.Second, name); err != nil {
+		if err := c.DeletePods(ctx, 60*time.Second, name); err != nil {
 			t.Error(err)
 		}
 	})
-	pod, err := c.waitRunning(ctx, name, 90*time.Second)
+	pod, err := c.WaitRunning(ctx, name, 90*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	alloc, err := allocations(ctx, resourceVF)
+	alloc, err := kubecluster.Allocations(ctx, kubecluster.ResourceVF)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pci := alloc[name][0]
-	netns, err := c.podNetns(pod)
+	netns, err := c.PodNetns(pod)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := recordOf(t, pci)
-	info := promtext.Series("sriov_stable_attachment_info", "network", nadVF, "namespace", testNamespace, "pod", name,
-		"container_id", rec.ContainerID, "ifname", "net1", "pci", pci, "node_guid", c.node.vfByPCI(pci).NodeGUID, "status", "ok")
+	info := promtext.Series("sriov_stable_attachment_info", "network", nadVF, "namespace", kubecluster.Namespace, "pod", name,
+		"container_id", rec.ContainerID, "ifname", "net1", "pci", pci, "node_guid", c.Node.VFByPCI(pci).NodeGUID, "status", "ok")
 	// The record's arrival queues the check (state directory watch); the
 	// 30 s sweep would find it too, later.
-	err = waitFor(40*time.Second, 500*time.Millisecond, "the attachment's series with its pod", func() (bool, error) {
+	err = kubecluster.WaitFor(40*time.Second, 500*time.Millisecond, "the attachment's series with its pod", func() (bool, error) {
 		m, err := scrape(ds)
 		if err == nil && !m.Is(info, 1) {
 			err = fmt.Errorf("no %s:\n%s", info, m.Dump("sriov_stable_attachment_info"))
@@ -70,7 +71,7 @@ func TestS8PodEvents(t *testing.T) {
 	var first time.Duration
 	for i := 1; i <= flaps; i++ {
 		start := time.Now()
-		if err := renameIn(netns, "net1", "drift0"); err != nil {
+		if err := kubecluster.RenameIn(netns, "net1", "drift0"); err != nil {
 			t.Fatal(err)
 		}
 		if drifted, err = c.waitEventCount(ctx, name, "VFDrift", int32(i)); err != nil {
@@ -80,8 +81,8 @@ func TestS8PodEvents(t *testing.T) {
 			first = time.Since(start)
 		}
 		// A monitor that repairs renames may have put it back already.
-		if l, _ := linkIn(netns, "drift0"); l != nil {
-			if err := renameIn(netns, "drift0", "net1"); err != nil {
+		if l, _ := kubecluster.LinkIn(netns, "drift0"); l != nil {
+			if err := kubecluster.RenameIn(netns, "drift0", "net1"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -107,16 +108,16 @@ func TestS8PodEvents(t *testing.T) {
 		t.Errorf("events: %s %s: %s; %s %s: %s", drifted.Type, drifted.Reason, drifted.Message, recovered.Type, recovered.Reason, recovered.Message)
 	}
 	for _, e := range []corev1.Event{drifted, recovered} {
-		if e.InvolvedObject.UID != pod.UID || e.Source.Component != "sriov-stable-agent" || e.Source.Host != nodeName {
-			t.Errorf("event %s is about %+v from %+v, want pod UID %s from sriov-stable-agent on %s", e.Reason, e.InvolvedObject, e.Source, pod.UID, nodeName)
+		if e.InvolvedObject.UID != pod.UID || e.Source.Component != "sriov-stable-agent" || e.Source.Host != kubecluster.NodeName {
+			t.Errorf("event %s is about %+v from %+v, want pod UID %s from sriov-stable-agent on %s", e.Reason, e.InvolvedObject, e.Source, pod.UID, kubecluster.NodeName)
 		}
 	}
 	// kubectl describe pod shows the events of the pod's UID.
-	out := c.showKubectl(t, "describe", "pod", "-n", testNamespace, name)
+	out := c.showKubectl(t, "describe", "pod", "-n", kubecluster.Namespace, name)
 	if !strings.Contains(out, "VFDrift") || !strings.Contains(out, pci) {
 		t.Errorf("kubectl describe pod does not show the VFDrift event naming %s", pci)
 	}
-	c.showKubectl(t, "get", "events", "-n", testNamespace, "--field-selector", "involvedObject.name="+name+",source=sriov-stable-agent")
+	c.showKubectl(t, "get", "events", "-n", kubecluster.Namespace, "--field-selector", "involvedObject.name="+name+",source=sriov-stable-agent")
 	agentLogClean(t, ds)
 }
 
@@ -127,20 +128,20 @@ func (c *cluster) waitEventCount(ctx context.Context, pod, reason string, n int3
 	var last corev1.Event
 	// Link events see each rename at once; 15 s is well below the shipped
 	// 30 s sweep, so a missed event fails here.
-	err := waitFor(15*time.Second, 250*time.Millisecond, fmt.Sprintf("%s event with count %d", reason, n), func() (bool, error) {
-		evs, err := c.eventsOf(ctx, "Pod", pod, reason)
+	err := kubecluster.WaitFor(15*time.Second, 250*time.Millisecond, fmt.Sprintf("%s event with count %d", reason, n), func() (bool, error) {
+		evs, err := c.EventsOf(ctx, "Pod", pod, reason)
 		if err != nil {
 			return false, err
 		}
 		if len(evs) > 1 {
-			return false, fatalErr{fmt.Errorf("%d %s events on pod %s, want one with a count: %+v", len(evs), reason, pod, evs)}
+			return false, kubecluster.Fatal(fmt.Errorf("%d %s events on pod %s, want one with a count: %+v", len(evs), reason, pod, evs))
 		}
 		if len(evs) == 0 {
 			return false, fmt.Errorf("no %s event yet", reason)
 		}
 		last = evs[0]
 		if last.Count > n {
-			return false, fatalErr{fmt.Errorf("%s count %d, want %d", reason, last.Count, n)}
+			return false, kubecluster.Fatal(fmt.Errorf("%s count %d, want %d", reason, last.Count, n))
 		}
 		return last.Count == n, fmt.Errorf("%s count %d", reason, last.Count)
 	})

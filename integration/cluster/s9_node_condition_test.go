@@ -11,9 +11,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-)
 
-const zeroGUID = "0000:0000:0000:0000"
+	"github.com/sriov-stable-cni/sriov-stable-cni/integration/cluster/kubecluster"
+)
 
 // TestS9NodeCondition: with deploy/kube-reporting-taint, a node whose
 // fixture gets a zero GUID on a VF gets the condition SRIOVVFsHealthy=False
@@ -25,15 +25,15 @@ const zeroGUID = "0000:0000:0000:0000"
 func TestS9NodeCondition(t *testing.T) {
 	c := mustCluster(t)
 	ctx := context.Background()
-	vf := c.node.zeroGUID
+	vf := c.Node.ZeroGUID
 	// The fixture's broken VF (scenario 4's) is mended first: a healthy node.
-	c.node.setGUID(vf, vf.NodeGUID)
+	c.Node.SetGUID(vf, vf.NodeGUID)
 	t.Cleanup(func() {
 		// The node as the suite built it: reporting without the taint (and
 		// its role), no taint left, the zero GUID back.
 		c.ensureReporting(t, componentReporting, true)
 		c.untaint(t)
-		c.node.setGUID(vf, zeroGUID)
+		c.Node.SetGUID(vf, kubecluster.UnsetGUID)
 	})
 	ds := c.ensureReporting(t, componentTaint, true)
 	healthy, err := c.waitNodeHealth(ctx, corev1.ConditionTrue, "", "")
@@ -43,7 +43,7 @@ func TestS9NodeCondition(t *testing.T) {
 	t.Logf("healthy node: %s=%s (%s): %s", conditionType, healthy.Status, healthy.Reason, healthy.Message)
 
 	start := time.Now()
-	c.node.setGUID(vf, zeroGUID)
+	c.Node.SetGUID(vf, kubecluster.UnsetGUID)
 	broken, err := c.waitNodeHealth(ctx, corev1.ConditionFalse, "GUIDInvalid", "guid-invalid")
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +56,7 @@ func TestS9NodeCondition(t *testing.T) {
 	// The condition is patched on change only: a doctor run that finds the
 	// same leaves it (and its heartbeat) alone.
 	time.Sleep(2 * doctorInterval)
-	again, _, err := c.nodeCondition(ctx, conditionType)
+	again, _, err := c.NodeCondition(ctx, conditionType)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,42 +68,42 @@ func TestS9NodeCondition(t *testing.T) {
 	// (kube-scheduler's event says "untolerated taint(s)" without naming it;
 	// kubectl describe node shows which).
 	const name = "after-taint"
-	if _, err := c.createPod(ctx, podSpec(name, "", "")); err != nil {
+	if _, err := c.CreatePod(ctx, kubecluster.PodSpec(name, "", "")); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := c.deletePods(ctx, 60*time.Second, name); err != nil {
+		if err := c.DeletePods(ctx, 60*time.Second, name); err != nil {
 			t.Error(err)
 		}
 	})
-	err = waitFor(60*time.Second, 250*time.Millisecond, "FailedScheduling for the taint", func() (bool, error) {
-		for _, e := range c.podEvents(ctx, name, corev1.EventTypeWarning) {
+	err = kubecluster.WaitFor(60*time.Second, 250*time.Millisecond, "FailedScheduling for the taint", func() (bool, error) {
+		for _, e := range c.PodEvents(ctx, name, corev1.EventTypeWarning) {
 			if e.Reason == "FailedScheduling" && strings.Contains(e.Message, "untolerated taint") {
 				t.Logf("kube-scheduler: %s: %s", e.Reason, e.Message)
 				return true, nil
 			}
 		}
-		return false, fmt.Errorf("events: %s", c.podTrouble(name))
+		return false, fmt.Errorf("events: %s", c.PodTrouble(name))
 	})
 	if err != nil {
 		t.Error(err)
 	}
-	out := c.showKubectl(t, "describe", "node", nodeName)
+	out := c.showKubectl(t, "describe", "node", kubecluster.NodeName)
 	if !strings.Contains(out, conditionType) || !strings.Contains(out, taintKey+"=guid-invalid:NoSchedule") {
 		t.Errorf("kubectl describe node shows neither the condition nor the taint")
 	}
 
 	start = time.Now()
-	c.node.setGUID(vf, vf.NodeGUID)
+	c.Node.SetGUID(vf, vf.NodeGUID)
 	if _, err := c.waitNodeHealth(ctx, corev1.ConditionTrue, "", ""); err != nil {
 		t.Fatal(err)
 	}
 	figf("9 node condition", "GUID mended to condition True and taint removed", "%.1f s", time.Since(start).Seconds())
-	if _, err := c.waitRunning(ctx, name, 90*time.Second); err != nil {
+	if _, err := c.WaitRunning(ctx, name, 90*time.Second); err != nil {
 		t.Errorf("the pod kept off the tainted node does not run once the taint is gone: %v", err)
 	}
 	for _, reason := range []string{"SRIOVVFsUnhealthy", "SRIOVVFsHealthy"} {
-		if evs, err := c.eventsOf(ctx, "Node", nodeName, reason); err != nil || len(evs) == 0 {
+		if evs, err := c.EventsOf(ctx, "Node", kubecluster.NodeName, reason); err != nil || len(evs) == 0 {
 			t.Errorf("no %s event on the node (%v)", reason, err)
 		}
 	}
@@ -116,8 +116,8 @@ func TestS9NodeCondition(t *testing.T) {
 // taint with the value taint; for True, no taint.
 func (c *cluster) waitNodeHealth(ctx context.Context, status corev1.ConditionStatus, reason, taint string) (*corev1.NodeCondition, error) {
 	var cond *corev1.NodeCondition
-	err := waitFor(3*doctorInterval+20*time.Second, 250*time.Millisecond, fmt.Sprintf("%s=%s %s", conditionType, status, reason), func() (bool, error) {
-		got, n, err := c.nodeCondition(ctx, conditionType)
+	err := kubecluster.WaitFor(3*doctorInterval+20*time.Second, 250*time.Millisecond, fmt.Sprintf("%s=%s %s", conditionType, status, reason), func() (bool, error) {
+		got, n, err := c.NodeCondition(ctx, conditionType)
 		if err != nil {
 			return false, err
 		}
@@ -125,7 +125,7 @@ func (c *cluster) waitNodeHealth(ctx context.Context, status corev1.ConditionSta
 			return false, fmt.Errorf("no %s condition on the node", conditionType)
 		}
 		cond = got
-		tainted := nodeTaint(n, taintKey)
+		tainted := kubecluster.NodeTaint(n, taintKey)
 		switch {
 		case got.Status != status || reason != "" && got.Reason != reason:
 			return false, fmt.Errorf("%s=%s (%s): %s", conditionType, got.Status, got.Reason, got.Message)
@@ -144,12 +144,12 @@ func (c *cluster) waitNodeHealth(ctx context.Context, status corev1.ConditionSta
 func (c *cluster) untaint(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
-	n, err := c.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	n, err := c.Client.CoreV1().Nodes().Get(ctx, kubecluster.NodeName, metav1.GetOptions{})
 	if err != nil {
 		t.Error(err)
 		return
 	}
-	if nodeTaint(n, taintKey) == nil {
+	if kubecluster.NodeTaint(n, taintKey) == nil {
 		return
 	}
 	var keep []corev1.Taint
@@ -159,7 +159,7 @@ func (c *cluster) untaint(t *testing.T) {
 		}
 	}
 	n.Spec.Taints = keep
-	if _, err := c.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+	if _, err := c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Error(err)
 	}
 }

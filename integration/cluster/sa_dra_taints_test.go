@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/integration/cluster/kubecluster"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
 
@@ -27,7 +28,7 @@ const (
 	draSlice       = "sriov-e2e-node-vfs"
 )
 
-// TestS10DRATaints: a ResourceSlice published as a DRA driver would, with
+// TestSADRATaints (scenario 10): a ResourceSlice published as a DRA driver would, with
 // two VFs of the node, the first with a zero GUID. The agent keeps a
 // DeviceTaintRule on the broken one, so kube-scheduler allocates the healthy
 // one to a pod's ResourceClaim. With both broken (the second's port down)
@@ -35,22 +36,22 @@ const (
 // the port is up again the agent removes its rule and the scheduler
 // allocates that VF. Everything is deleted afterwards, and the agent removes
 // its rules for devices no longer published.
-func TestS10DRATaints(t *testing.T) {
+func TestSADRATaints(t *testing.T) {
 	c := mustCluster(t)
 	// As shipped: the doctor every 5 minutes; free VFs' ports are the port
 	// watcher's (--port-interval 1s).
 	ds := c.ensureReporting(t, componentReporting, false)
 	ctx := context.Background()
-	res := c.client.ResourceV1()
-	broken, healthy := c.node.zeroGUID, c.node.vfs[len(c.node.vfs)-2]
+	res := c.Client.ResourceV1()
+	broken, healthy := c.Node.ZeroGUID, c.Node.VFs[len(c.Node.VFs)-2]
 	if err := c.publishVFs(ctx, broken, healthy); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		c.node.setPortDown(healthy, false)
-		_ = c.deletePods(ctx, 60*time.Second, "dra-1", "dra-2")
+		c.Node.SetPortDown(healthy, false)
+		_ = c.DeletePods(ctx, 60*time.Second, "dra-1", "dra-2")
 		for _, claim := range []string{"vf-1", "vf-2"} {
-			_ = res.ResourceClaims(testNamespace).Delete(ctx, claim, metav1.DeleteOptions{})
+			_ = res.ResourceClaims(kubecluster.Namespace).Delete(ctx, claim, metav1.DeleteOptions{})
 		}
 		_ = res.ResourceSlices().Delete(ctx, draSlice, metav1.DeleteOptions{})
 		_ = res.DeviceClasses().Delete(ctx, draDeviceClass, metav1.DeleteOptions{})
@@ -73,7 +74,7 @@ func TestS10DRATaints(t *testing.T) {
 	if got != deviceName(healthy.PCI) {
 		t.Errorf("the scheduler allocated %s, want the healthy VF %s (not %s, whose GUID is zero)", got, deviceName(healthy.PCI), deviceName(broken.PCI))
 	}
-	if err := c.deletePods(ctx, 60*time.Second, "dra-1"); err != nil {
+	if err := c.DeletePods(ctx, 60*time.Second, "dra-1"); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.deleteClaim(ctx, "vf-1"); err != nil {
@@ -83,7 +84,7 @@ func TestS10DRATaints(t *testing.T) {
 	c.freeVFHealthLatency(ctx, t, healthy, broken, freeVFFlips)
 
 	// Both broken: the second VF's port goes down.
-	c.node.setPortDown(healthy, true)
+	c.Node.SetPortDown(healthy, true)
 	if _, err := c.waitDeviceTaints(ctx, map[string]string{deviceName(broken.PCI): "sriov-stable-cni.io/guid=invalid",
 		deviceName(healthy.PCI): "sriov-stable-cni.io/port-state=not-active"}); err != nil {
 		t.Fatal(err)
@@ -92,31 +93,31 @@ func TestS10DRATaints(t *testing.T) {
 		t.Fatal(err)
 	}
 	var sched corev1.Event
-	err = waitFor(60*time.Second, 250*time.Millisecond, "FailedScheduling of dra-2", func() (bool, error) {
-		for _, e := range c.podEvents(ctx, "dra-2", corev1.EventTypeWarning) {
+	err = kubecluster.WaitFor(60*time.Second, 250*time.Millisecond, "FailedScheduling of dra-2", func() (bool, error) {
+		for _, e := range c.PodEvents(ctx, "dra-2", corev1.EventTypeWarning) {
 			if e.Reason == "FailedScheduling" {
 				sched = e
 				return true, nil
 			}
 		}
-		return false, fmt.Errorf("events: %s", c.podTrouble("dra-2"))
+		return false, fmt.Errorf("events: %s", c.PodTrouble("dra-2"))
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("kube-scheduler on dra-2: %s: %s", sched.Reason, sched.Message)
 	time.Sleep(2 * doctorInterval)
-	if claim, err := res.ResourceClaims(testNamespace).Get(ctx, "vf-2", metav1.GetOptions{}); err != nil || claim.Status.Allocation != nil {
+	if claim, err := res.ResourceClaims(kubecluster.Namespace).Get(ctx, "vf-2", metav1.GetOptions{}); err != nil || claim.Status.Allocation != nil {
 		t.Errorf("with both VFs tainted the claim is allocated (%v): %+v", err, claim.Status.Allocation)
 	}
-	if p, err := c.client.CoreV1().Pods(testNamespace).Get(ctx, "dra-2", metav1.GetOptions{}); err != nil ||
+	if p, err := c.Client.CoreV1().Pods(kubecluster.Namespace).Get(ctx, "dra-2", metav1.GetOptions{}); err != nil ||
 		p.Status.Phase != corev1.PodPending || p.Spec.NodeName != "" {
 		t.Errorf("with both VFs tainted pod dra-2 is %v on %q (%v)", p.Status.Phase, p.Spec.NodeName, err)
 	}
 	// Why: the agent's events on the node name each VF's taint.
 	for pci, key := range map[string]string{broken.PCI: "sriov-stable-cni.io/guid=invalid:NoSchedule",
 		healthy.PCI: "sriov-stable-cni.io/port-state=not-active:NoSchedule"} {
-		evs, err := c.eventsOf(ctx, "Node", nodeName, "VFDeviceTainted")
+		evs, err := c.EventsOf(ctx, "Node", kubecluster.NodeName, "VFDeviceTainted")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,12 +125,12 @@ func TestS10DRATaints(t *testing.T) {
 			t.Errorf("no VFDeviceTainted event on the node names VF %s and %s: %+v", pci, key, evs)
 		}
 	}
-	c.showKubectl(t, "describe", "pod", "-n", testNamespace, "dra-2")
+	c.showKubectl(t, "describe", "pod", "-n", kubecluster.Namespace, "dra-2")
 	c.showKubectl(t, "get", "events", "-n", "default", "--field-selector", "involvedObject.kind=Node,source=sriov-stable-agent")
 
 	// The port comes up: the rule goes and the pod gets that VF.
 	start = time.Now()
-	c.node.setPortDown(healthy, false)
+	c.Node.SetPortDown(healthy, false)
 	if _, err := c.waitDeviceTaints(ctx, map[string]string{deviceName(broken.PCI): "sriov-stable-cni.io/guid=invalid"}); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +144,7 @@ func TestS10DRATaints(t *testing.T) {
 	}
 
 	// Nothing published, nothing tainted.
-	if err := c.deletePods(ctx, 60*time.Second, "dra-2"); err != nil {
+	if err := c.DeletePods(ctx, 60*time.Second, "dra-2"); err != nil {
 		t.Fatal(err)
 	}
 	for _, del := range []func() error{
@@ -168,17 +169,17 @@ func deviceName(pci string) string { return strings.NewReplacer(":", "-", ".", "
 // publishVFs creates the DeviceClass of the driver and the node's
 // ResourceSlice with the VFs, in that order.
 func (c *cluster) publishVFs(ctx context.Context, vfs ...sysfstest.DGXVF) error {
-	res := c.client.ResourceV1()
+	res := c.Client.ResourceV1()
 	class := &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: draDeviceClass},
 		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{
 			CEL: &resourcev1.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", draDriver)}}}}}
 	if _, err := res.DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	node := nodeName
+	node := kubecluster.NodeName
 	slice := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: draSlice},
 		Spec: resourcev1.ResourceSliceSpec{Driver: draDriver, NodeName: &node,
-			Pool: resourcev1.ResourcePool{Name: nodeName, Generation: 1, ResourceSliceCount: 1}}}
+			Pool: resourcev1.ResourcePool{Name: kubecluster.NodeName, Generation: 1, ResourceSliceCount: 1}}}
 	for _, vf := range vfs {
 		pci := vf.PCI
 		slice.Spec.Devices = append(slice.Spec.Devices, resourcev1.Device{Name: deviceName(pci),
@@ -195,10 +196,10 @@ func (c *cluster) publishVFs(ctx context.Context, vfs ...sysfstest.DGXVF) error 
 // taint exactly the devices given (device → key=value), with effect
 // NoSchedule, and returns them.
 func (c *cluster) waitDeviceTaints(ctx context.Context, want map[string]string) ([]resourcev1.DeviceTaintRule, error) {
-	sel := labels.Set{"app.kubernetes.io/managed-by": "sriov-stable-agent", "sriov-stable-cni.io/node": nodeName}.String()
+	sel := labels.Set{"app.kubernetes.io/managed-by": "sriov-stable-agent", "sriov-stable-cni.io/node": kubecluster.NodeName}.String()
 	var rules []resourcev1.DeviceTaintRule
-	err := waitFor(3*doctorInterval+20*time.Second, 250*time.Millisecond, fmt.Sprintf("DeviceTaintRules %v", want), func() (bool, error) {
-		list, err := c.client.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{LabelSelector: sel})
+	err := kubecluster.WaitFor(3*doctorInterval+20*time.Second, 250*time.Millisecond, fmt.Sprintf("DeviceTaintRules %v", want), func() (bool, error) {
+		list, err := c.Client.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{LabelSelector: sel})
 		if err != nil {
 			return false, err
 		}
@@ -206,7 +207,7 @@ func (c *cluster) waitDeviceTaints(ctx context.Context, want map[string]string) 
 		got := map[string]string{}
 		for _, r := range rules {
 			s := r.Spec.DeviceSelector
-			if s == nil || s.Device == nil || s.Driver == nil || *s.Driver != draDriver || s.Pool == nil || *s.Pool != nodeName ||
+			if s == nil || s.Device == nil || s.Driver == nil || *s.Driver != draDriver || s.Pool == nil || *s.Pool != kubecluster.NodeName ||
 				r.Spec.Taint.Effect != resourcev1.DeviceTaintEffectNoSchedule {
 				return false, fmt.Errorf("rule %s: %+v", r.Name, r.Spec)
 			}
@@ -228,17 +229,17 @@ func (c *cluster) waitDeviceTaints(ctx context.Context, want map[string]string) 
 // createClaimPod creates a ResourceClaim for one VF of the class and a pod
 // using it.
 func (c *cluster) createClaimPod(ctx context.Context, pod, claim string) error {
-	rc := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: testNamespace},
+	rc := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: kubecluster.Namespace},
 		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
 			Name: "vf", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: draDeviceClass,
 				AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1}}}}}}
-	if _, err := c.client.ResourceV1().ResourceClaims(testNamespace).Create(ctx, rc, metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.ResourceV1().ResourceClaims(kubecluster.Namespace).Create(ctx, rc, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	p := podSpec(pod, "", "")
+	p := kubecluster.PodSpec(pod, "", "")
 	p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "vf", ResourceClaimName: &claim}}
 	p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "vf"}}
-	_, err := c.createPod(ctx, p)
+	_, err := c.CreatePod(ctx, p)
 	return err
 }
 
@@ -255,8 +256,8 @@ func (c *cluster) claimPod(ctx context.Context, pod, claim string) (string, erro
 // returns its device.
 func (c *cluster) waitAllocated(ctx context.Context, claim string) (string, error) {
 	var device string
-	err := waitFor(60*time.Second, 250*time.Millisecond, "claim "+claim+" allocated", func() (bool, error) {
-		rc, err := c.client.ResourceV1().ResourceClaims(testNamespace).Get(ctx, claim, metav1.GetOptions{})
+	err := kubecluster.WaitFor(60*time.Second, 250*time.Millisecond, "claim "+claim+" allocated", func() (bool, error) {
+		rc, err := c.Client.ResourceV1().ResourceClaims(kubecluster.Namespace).Get(ctx, claim, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -273,11 +274,11 @@ func (c *cluster) waitAllocated(ctx context.Context, claim string) (string, erro
 // deleteClaim deletes a claim and waits until it is gone (the resource
 // claim controller releases it once no pod uses it).
 func (c *cluster) deleteClaim(ctx context.Context, claim string) error {
-	claims := c.client.ResourceV1().ResourceClaims(testNamespace)
+	claims := c.Client.ResourceV1().ResourceClaims(kubecluster.Namespace)
 	if err := claims.Delete(ctx, claim, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	return waitFor(60*time.Second, 250*time.Millisecond, "claim "+claim+" deleted", func() (bool, error) {
+	return kubecluster.WaitFor(60*time.Second, 250*time.Millisecond, "claim "+claim+" deleted", func() (bool, error) {
 		_, err := claims.Get(ctx, claim, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return true, nil
@@ -318,9 +319,9 @@ func (c *cluster) freeVFHealthLatency(ctx context.Context, t *testing.T, vf, zer
 	base := map[string]string{deviceName(zero.PCI): "sriov-stable-cni.io/guid=invalid"}
 	down := map[string]string{deviceName(zero.PCI): "sriov-stable-cni.io/guid=invalid",
 		deviceName(vf.PCI): "sriov-stable-cni.io/port-state=not-active"}
-	sel := labels.Set{"app.kubernetes.io/managed-by": "sriov-stable-agent", "sriov-stable-cni.io/node": nodeName}.String()
+	sel := labels.Set{"app.kubernetes.io/managed-by": "sriov-stable-agent", "sriov-stable-cni.io/node": kubecluster.NodeName}.String()
 	rulesAre := func(want map[string]string) (bool, error) {
-		list, err := c.client.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{LabelSelector: sel})
+		list, err := c.Client.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{LabelSelector: sel})
 		if err != nil {
 			return false, err
 		}
@@ -333,7 +334,7 @@ func (c *cluster) freeVFHealthLatency(ctx context.Context, t *testing.T, vf, zer
 		return fmt.Sprint(got) == fmt.Sprint(want), nil
 	}
 	conditionNames := func(want bool) (bool, error) {
-		cond, _, err := c.nodeCondition(ctx, conditionType)
+		cond, _, err := c.NodeCondition(ctx, conditionType)
 		if err != nil || cond == nil {
 			return false, err
 		}
@@ -344,7 +345,7 @@ func (c *cluster) freeVFHealthLatency(ctx context.Context, t *testing.T, vf, zer
 		t.Helper()
 		start := time.Now()
 		var ruleAt, condAt time.Duration
-		err := waitFor(freeVFBound+10*time.Second, 20*time.Millisecond, what, func() (bool, error) {
+		err := kubecluster.WaitFor(freeVFBound+10*time.Second, 20*time.Millisecond, what, func() (bool, error) {
 			if ruleAt == 0 {
 				if ok, err := rulesAre(rules); err != nil {
 					return false, err
@@ -367,9 +368,9 @@ func (c *cluster) freeVFHealthLatency(ctx context.Context, t *testing.T, vf, zer
 		toRule, toCondition = append(toRule, ruleAt), append(toCondition, condAt)
 	}
 	for range n {
-		c.node.setPortDown(vf, true)
+		c.Node.SetPortDown(vf, true)
 		measure("the free VF's port down in its DeviceTaintRule and the node condition", down, true)
-		c.node.setPortDown(vf, false)
+		c.Node.SetPortDown(vf, false)
 		measure("the free VF's port up in its DeviceTaintRule and the node condition", base, false)
 	}
 	slowest := func(ds []time.Duration) time.Duration { return slices.Max(ds) }

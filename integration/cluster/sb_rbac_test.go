@@ -17,19 +17,21 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/integration/cluster/kubecluster"
 )
 
-// TestS11RBAC: the agent's service account, impersonated against the API
+// TestSBRBAC (scenario 11): the agent's service account, impersonated against the API
 // server (authorization Node,RBAC), may do exactly what the ClusterRoles of
 // deploy/kube-reporting and deploy/kube-reporting-taint grant and is refused
 // everything else; the agent itself ran scenarios 8 to 10 under them
 // without a refusal.
-func TestS11RBAC(t *testing.T) {
+func TestSBRBAC(t *testing.T) {
 	c := mustCluster(t)
 	ds := c.ensureReporting(t, componentReporting, true)
 	ctx := context.Background()
 	agent := c.impersonate(t, agentUser)
-	node, err := c.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	node, err := c.Client.CoreV1().Nodes().Get(ctx, kubecluster.NodeName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,43 +41,46 @@ func TestS11RBAC(t *testing.T) {
 			Spec: resourcev1.DeviceTaintRuleSpec{DeviceSelector: &resourcev1.DeviceTaintSelector{Driver: &driver, Device: &device},
 				Taint: resourcev1.DeviceTaint{Key: "sriov-stable-cni.io/guid", Value: "rbac-probe", Effect: resourcev1.DeviceTaintEffectNoSchedule}}}
 	}
-	event := &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "rbac-probe-", Namespace: testNamespace},
-		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: testNamespace, Name: "rbac-probe"},
+	event := &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "rbac-probe-", Namespace: kubecluster.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: kubecluster.Namespace, Name: "rbac-probe"},
 		Reason:         "RBACProbe", Message: "probe", Type: corev1.EventTypeNormal, Source: corev1.EventSource{Component: "sriov-e2e"}}
 	var created *corev1.Event
 	t.Cleanup(func() {
-		_ = c.client.ResourceV1().DeviceTaintRules().Delete(ctx, "rbac-probe", metav1.DeleteOptions{})
+		_ = c.Client.ResourceV1().DeviceTaintRules().Delete(ctx, "rbac-probe", metav1.DeleteOptions{})
 		if created != nil {
-			_ = c.client.CoreV1().Events(testNamespace).Delete(ctx, created.Name, metav1.DeleteOptions{})
+			_ = c.Client.CoreV1().Events(kubecluster.Namespace).Delete(ctx, created.Name, metav1.DeleteOptions{})
 		}
 	})
 	// Patches that change nothing: allowed or refused, they leave the node as it is.
 	noop := []byte(`{}`)
 	allowed := []request{
 		{"list its node", func() error {
-			_, err := agent.CoreV1().Nodes().List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + nodeName})
+			_, err := agent.CoreV1().Nodes().List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + kubecluster.NodeName})
 			return err
 		}},
 		{"watch its node", func() error {
-			return watchOnce(agent.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + nodeName}))
+			return watchOnce(agent.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + kubecluster.NodeName}))
 		}},
-		{"patch nodes/status", func() error { _, err := agent.CoreV1().Nodes().PatchStatus(ctx, nodeName, noop); return err }},
+		{"patch nodes/status", func() error {
+			_, err := agent.CoreV1().Nodes().PatchStatus(ctx, kubecluster.NodeName, noop)
+			return err
+		}},
 		{"create an event", func() error {
 			var err error
-			created, err = agent.CoreV1().Events(testNamespace).Create(ctx, event, metav1.CreateOptions{})
+			created, err = agent.CoreV1().Events(kubecluster.Namespace).Create(ctx, event, metav1.CreateOptions{})
 			return err
 		}},
 		{"patch an event", func() error {
-			_, err := agent.CoreV1().Events(testNamespace).Patch(ctx, created.Name, types.StrategicMergePatchType,
+			_, err := agent.CoreV1().Events(kubecluster.Namespace).Patch(ctx, created.Name, types.StrategicMergePatchType,
 				[]byte(`{"count":2}`), metav1.PatchOptions{})
 			return err
 		}},
 		{"list ResourceSlices", func() error {
-			_, err := agent.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeName})
+			_, err := agent.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + kubecluster.NodeName})
 			return err
 		}},
 		{"watch ResourceSlices", func() error {
-			return watchOnce(agent.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeName}))
+			return watchOnce(agent.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + kubecluster.NodeName}))
 		}},
 		{"watch DeviceTaintRules", func() error {
 			return watchOnce(agent.ResourceV1().DeviceTaintRules().Watch(ctx, metav1.ListOptions{}))
@@ -91,7 +96,7 @@ func TestS11RBAC(t *testing.T) {
 		{"update a DeviceTaintRule", func() error {
 			// The device taint controller writes the rule's status too.
 			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				cur, err := c.client.ResourceV1().DeviceTaintRules().Get(ctx, "rbac-probe", metav1.GetOptions{})
+				cur, err := c.Client.ResourceV1().DeviceTaintRules().Get(ctx, "rbac-probe", metav1.GetOptions{})
 				if err != nil {
 					return err
 				}
@@ -132,15 +137,15 @@ func TestS11RBAC(t *testing.T) {
 	if len(roles) != 2 {
 		t.Fatalf("deploy/kube-reporting-taint renders %d of its ClusterRole and binding", len(roles))
 	}
-	if err := c.apply(ctx, roles); err != nil {
+	if err := c.Apply(ctx, roles); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = c.client.RbacV1().ClusterRoleBindings().Delete(ctx, taintRole, metav1.DeleteOptions{})
-		_ = c.client.RbacV1().ClusterRoles().Delete(ctx, taintRole, metav1.DeleteOptions{})
+		_ = c.Client.RbacV1().ClusterRoleBindings().Delete(ctx, taintRole, metav1.DeleteOptions{})
+		_ = c.Client.RbacV1().ClusterRoles().Delete(ctx, taintRole, metav1.DeleteOptions{})
 	})
-	err = waitFor(10*time.Second, 100*time.Millisecond, "patch nodes allowed with the taint role", func() (bool, error) {
-		_, err := agent.CoreV1().Nodes().Patch(ctx, nodeName, types.MergePatchType, noop, metav1.PatchOptions{})
+	err = kubecluster.WaitFor(10*time.Second, 100*time.Millisecond, "patch nodes allowed with the taint role", func() (bool, error) {
+		_, err := agent.CoreV1().Nodes().Patch(ctx, kubecluster.NodeName, types.MergePatchType, noop, metav1.PatchOptions{})
 		return err == nil, err
 	})
 	if err != nil {
@@ -179,20 +184,26 @@ func (c *cluster) deniedRequests(ctx context.Context, agent kubernetes.Interface
 	noop := []byte(`{}`)
 	return []request{
 		{"patch nodes (the taint) without the taint role", func() error {
-			_, err := agent.CoreV1().Nodes().Patch(ctx, nodeName, types.MergePatchType, noop, metav1.PatchOptions{})
+			_, err := agent.CoreV1().Nodes().Patch(ctx, kubecluster.NodeName, types.MergePatchType, noop, metav1.PatchOptions{})
 			return err
 		}},
-		{"get a node", func() error { _, err := agent.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{}); return err }},
+		{"get a node", func() error {
+			_, err := agent.CoreV1().Nodes().Get(ctx, kubecluster.NodeName, metav1.GetOptions{})
+			return err
+		}},
 		{"update nodes/status", func() error {
 			_, err := agent.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
 			return err
 		}},
 		{"delete a node", func() error {
-			return agent.CoreV1().Nodes().Delete(ctx, nodeName, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+			return agent.CoreV1().Nodes().Delete(ctx, kubecluster.NodeName, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 		}},
-		{"list pods", func() error { _, err := agent.CoreV1().Pods(testNamespace).List(ctx, metav1.ListOptions{}); return err }},
+		{"list pods", func() error {
+			_, err := agent.CoreV1().Pods(kubecluster.Namespace).List(ctx, metav1.ListOptions{})
+			return err
+		}},
 		{"create a pod", func() error {
-			_, err := agent.CoreV1().Pods(testNamespace).Create(ctx, podSpec("rbac-probe", "", ""), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			_, err := agent.CoreV1().Pods(kubecluster.Namespace).Create(ctx, kubecluster.PodSpec("rbac-probe", "", ""), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 			return err
 		}},
 		{"list secrets", func() error {
@@ -200,11 +211,11 @@ func (c *cluster) deniedRequests(ctx context.Context, agent kubernetes.Interface
 			return err
 		}},
 		{"list events", func() error {
-			_, err := agent.CoreV1().Events(testNamespace).List(ctx, metav1.ListOptions{})
+			_, err := agent.CoreV1().Events(kubecluster.Namespace).List(ctx, metav1.ListOptions{})
 			return err
 		}},
 		{"delete an event", func() error {
-			return agent.CoreV1().Events(testNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+			return agent.CoreV1().Events(kubecluster.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 		}},
 		{"get a ResourceSlice", func() error {
 			_, err := agent.ResourceV1().ResourceSlices().Get(ctx, "rbac-probe", metav1.GetOptions{})
@@ -224,7 +235,7 @@ func (c *cluster) deniedRequests(ctx context.Context, agent kubernetes.Interface
 			return err
 		}},
 		{"list ResourceClaims", func() error {
-			_, err := agent.ResourceV1().ResourceClaims(testNamespace).List(ctx, metav1.ListOptions{})
+			_, err := agent.ResourceV1().ResourceClaims(kubecluster.Namespace).List(ctx, metav1.ListOptions{})
 			return err
 		}},
 		{"create a DeviceClass", func() error {
@@ -240,7 +251,7 @@ func (c *cluster) deniedRequests(ctx context.Context, agent kubernetes.Interface
 // server gives a service account's token.
 func (c *cluster) impersonate(t *testing.T, user string) kubernetes.Interface {
 	t.Helper()
-	cfg := rest.CopyConfig(c.rest)
+	cfg := rest.CopyConfig(c.REST)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user,
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + daemonSetNamespace, "system:authenticated"}}
 	client, err := kubernetes.NewForConfig(cfg)

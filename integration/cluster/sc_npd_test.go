@@ -12,13 +12,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/integration/cluster/kubecluster"
 )
 
-// TestSCNPDRule runs deploy/node-problem-detector's monitor config on the
-// node as node-problem-detector's custom plugin monitor would (NPD itself
-// is not served by the module proxy here): the init container's install of
-// the agent from image a into the rule's directory, then the rule's command
-// with its arguments and timeout, on a healthy node and with a zero GUID.
+// TestSCNPDRule (scenario 12) runs deploy/node-problem-detector's monitor
+// config on the node as node-problem-detector's custom plugin monitor
+// would (NPD itself is not served by the module proxy here): the init
+// container's install of the agent from image a into the rule's directory,
+// then the rule's command with its arguments and timeout, on a healthy
+// node and with a zero GUID.
 // NPD maps exit 0 to the condition False, 1 to True, anything else to
 // Unknown, and keeps max_output_length bytes of the output.
 func TestSCNPDRule(t *testing.T) {
@@ -84,10 +87,10 @@ func TestSCNPDRule(t *testing.T) {
 		}
 	}
 
-	vf := c.node.zeroGUID
-	c.node.setGUID(vf, vf.NodeGUID)
-	t.Cleanup(func() { c.node.setGUID(vf, zeroGUID) })
+	vf := c.Node.ZeroGUID
+	c.Node.SetGUID(vf, vf.NodeGUID)
+	t.Cleanup(func() { c.Node.SetGUID(vf, kubecluster.UnsetGUID) })
 	run("healthy node (condition "+rule.Condition+" False)", 0, "healthy")
-	c.node.setGUID(vf, zeroGUID)
+	c.Node.SetGUID(vf, kubecluster.UnsetGUID)
 	run("zero GUID on "+vf.PCI+" (condition True, reason "+rule.Reason+")", 1, vf.PCI)
 }

@@ -19,19 +19,19 @@ import (
 // changing (issue 25: no changes for 5 minutes, 0 requests per minute).
 const steadyWindow = 5 * time.Minute
 
-// TestSDSteadyState: the shipped DaemonSet (doctor every 5 minutes, the port
-// watcher every second) on a node with one VF tainted and its condition
-// False, and nothing changing for steadyWindow: the API server's own audit
-// log, by the agent's service account and user agent, shows no request from
-// it in that time but the renewals of its watches. Before the window the
-// same log shows the agent's list, watch and writes, so the count is of a
-// record that does see the agent.
+// TestSDSteadyState (scenario 13): the shipped DaemonSet (doctor every 5
+// minutes, the port watcher every second) on a node with one VF tainted
+// and its condition False, and nothing changing for steadyWindow: the API
+// server's own audit log, by the agent's service account and user agent,
+// shows no request from it in that time but the renewals of its watches.
+// Before the window the same log shows the agent's list, watch and writes,
+// so the count is of a record that does see the agent.
 func TestSDSteadyState(t *testing.T) {
 	c := mustCluster(t)
 	ds := c.ensureReporting(t, componentReporting, false)
 	ctx := context.Background()
-	res := c.client.ResourceV1()
-	broken, healthy := c.node.zeroGUID, c.node.vfs[len(c.node.vfs)-2]
+	res := c.Client.ResourceV1()
+	broken, healthy := c.Node.ZeroGUID, c.Node.VFs[len(c.Node.VFs)-2]
 	if err := c.publishVFs(ctx, broken, healthy); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ type agentCalls struct {
 // agent (its service account, its user agent) made from from to to.
 func (c *cluster) agentRequests(from, to time.Time) (agentCalls, error) {
 	var out agentCalls
-	f, err := os.Open(c.auditLog)
+	f, err := os.Open(c.AuditLog)
 	if err != nil {
 		return out, err
 	}
@@ -107,7 +107,7 @@ func (c *cluster) agentRequests(from, to time.Time) (agentCalls, error) {
 	for sc.Scan() {
 		var e auditEntry
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			return out, fmt.Errorf("%s: %w", c.auditLog, err)
+			return out, fmt.Errorf("%s: %w", c.AuditLog, err)
 		}
 		if e.User.Username != agentUser || !strings.Contains(e.UserAgent, "sriov-stable-agent") ||
 			e.Received.Time.Before(from) || !e.Received.Time.Before(to) {

@@ -1,11 +1,8 @@
-//go:build clustere2e
-
-package cluster
+package kubecluster
 
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,40 +18,29 @@ import (
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
 
-// The node's addresses, all inside the run's network namespace: the node IP
-// (on lo: kubelet wants a node IP that is not a loopback address), the pod
-// network behind the bridge, and the service range (routed to lo; kube-proxy
-// translates the kubernetes Service's ClusterIP).
-// Documentation and benchmarking ranges, so they cannot collide with
-// anything real.
-const (
-	nodeName    = "sriov-e2e-node"
-	nodeIP      = "192.0.2.10"
-	podSubnet   = "198.18.0.0/24"
-	serviceCIDR = "198.19.0.0/24"
-	// runDir holds the cluster's own files: PKI, configurations, the
-	// fixture sysfs, etcd's data (tmpfs, in the run's mount namespace).
-	runDir = "/run/sriov-e2e"
-)
-
-// node is the fixture DGX H200 node the cluster runs on.
-type node struct {
-	dgx       *sysfstest.DGXNode
-	vfs       []sysfstest.DGXVF            // every VF, in PF order
-	standIns  map[string]*testutil.StandIn // by VF PCI address
-	macs      map[string]string            // the stand-ins' MACs, by VF PCI address
-	zeroGUID  sysfstest.DGXVF              // the VF whose node GUID is zero (scenario 4)
-	logDir    string                       // on the host: survives the run
-	varLogDir string                       // bind-mounted over /var/log
+// Node is the fixture DGX H200 node the cluster runs on.
+type Node struct {
+	DGX      *sysfstest.DGXNode
+	VFs      []sysfstest.DGXVF            // every VF, in PF order
+	StandIns map[string]*testutil.StandIn // by VF PCI address
+	MACs     map[string]string            // the stand-ins' MACs, by VF PCI address
+	// ZeroGUID is the VF whose node and port GUID are zero: the last VF of
+	// the last PF, advertised alone as ResourceZeroGUID.
+	ZeroGUID  sysfstest.DGXVF
+	LogDir    string // the components' logs, on the host: survives the run
+	varLogDir string // bind-mounted over /var/log
 }
+
+// UnsetGUID is the GUID of a VF whose firmware holds none.
+const UnsetGUID = "0000:0000:0000:0000"
 
 // setupNode makes the run's mount namespace look like a DGX H200 node and
 // its network namespace hold the VFs' stand-ins. Only this namespace sees
 // any of it.
-func setupNode(tb *harness.ProgramTB) (*node, error) {
-	n := &node{standIns: map[string]*testutil.StandIn{}, macs: map[string]string{}, logDir: filepath.Join(*workDir, "logs"),
-		varLogDir: filepath.Join(*workDir, "var-log")}
-	if err := recordNamespaces(); err != nil {
+func setupNode(tb *harness.ProgramTB, workDir string) (*Node, error) {
+	n := &Node{StandIns: map[string]*testutil.StandIn{}, MACs: map[string]string{}, LogDir: filepath.Join(workDir, "logs"),
+		varLogDir: filepath.Join(workDir, "var-log")}
+	if err := recordNamespaces(workDir); err != nil {
 		return nil, err
 	}
 	if err := privateDirs(n); err != nil {
@@ -66,14 +52,14 @@ func setupNode(tb *harness.ProgramTB) (*node, error) {
 	if err := buildFixture(tb, n); err != nil {
 		return nil, err
 	}
-	if err := mountFixture(n.dgx.Root); err != nil {
+	if err := mountFixture(n.DGX.Root); err != nil {
 		return nil, err
 	}
-	for _, vf := range n.vfs {
+	for _, vf := range n.VFs {
 		// With the stable altname, as the host's .link files give it
 		// (hostconfig): a veth has no parent PCI device to be found by.
-		n.standIns[vf.PCI] = testutil.NewStandIn(tb, vf.NetDev, vf.PCI, true)
-		n.macs[vf.PCI] = testutil.HostLink(vf.NetDev).Attrs().HardwareAddr.String()
+		n.StandIns[vf.PCI] = testutil.NewStandIn(tb, vf.NetDev, vf.PCI, true)
+		n.MACs[vf.PCI] = testutil.HostLink(vf.NetDev).Attrs().HardwareAddr.String()
 	}
 	if err := makeCgroupRoot(); err != nil {
 		return nil, err
@@ -82,7 +68,7 @@ func setupNode(tb *harness.ProgramTB) (*node, error) {
 }
 
 // recordNamespaces writes this stage's namespace links for the host check.
-func recordNamespaces() error {
+func recordNamespaces(workDir string) error {
 	var links []string
 	for _, kind := range []string{"net", "mnt", "pid"} {
 		l, err := os.Readlink("/proc/self/ns/" + kind)
@@ -91,7 +77,7 @@ func recordNamespaces() error {
 		}
 		links = append(links, l)
 	}
-	return os.WriteFile(filepath.Join(*workDir, namespacesFile), []byte(strings.Join(links, "\n")+"\n"), 0o644)
+	return os.WriteFile(filepath.Join(workDir, namespacesFile), []byte(strings.Join(links, "\n")+"\n"), 0o644)
 }
 
 // privateDirs hides the host's state directories behind private ones in
@@ -99,7 +85,7 @@ func recordNamespaces() error {
 // plugin's records, device info files), /var/lib (kubelet, containerd, CNI
 // caches) and /opt (the node's CNI bin dir); a directory of the work dir
 // over /var/log (pod logs, kept for the artifacts).
-func privateDirs(n *node) error {
+func privateDirs(n *Node) error {
 	for _, dir := range []string{"/run", "/var/lib", "/opt", "/var/log"} {
 		if err := detachMounts(dir); err != nil {
 			return err
@@ -110,7 +96,7 @@ func privateDirs(n *node) error {
 			return fmt.Errorf("mount a private tmpfs on %s: %w", dir, err)
 		}
 	}
-	for _, dir := range []string{n.logDir, n.varLogDir, "/opt/cni/bin", runDir, filepath.Join(runDir, "tmp")} {
+	for _, dir := range []string{n.LogDir, n.varLogDir, CNIBinDir, runDir, filepath.Join(runDir, "tmp")} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
@@ -163,6 +149,9 @@ func detachMounts(dir string) error {
 // rules, which translate it (without a route, connect fails before any
 // rule sees it). Pods need no such route: their packets are translated as
 // they arrive on the bridge, before routing.
+//
+// Equivalent to: ip link set lo up; ip addr add $NodeIP/32 dev lo;
+// ip route add $serviceCIDR dev lo src $NodeIP scope link
 func nodeAddress() error {
 	lo, err := netlinksafe.LinkByName("lo")
 	if err != nil {
@@ -171,15 +160,15 @@ func nodeAddress() error {
 	if err := netlink.LinkSetUp(lo); err != nil {
 		return fmt.Errorf("lo up: %w", err)
 	}
-	addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(nodeIP), Mask: net.CIDRMask(32, 32)}}
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(NodeIP), Mask: net.CIDRMask(32, 32)}}
 	if err := netlink.AddrAdd(lo, addr); err != nil {
-		return fmt.Errorf("add the node IP %s to lo: %w", nodeIP, err)
+		return fmt.Errorf("add the node IP %s to lo: %w", NodeIP, err)
 	}
 	_, services, err := net.ParseCIDR(serviceCIDR)
 	if err != nil {
 		return err
 	}
-	route := &netlink.Route{LinkIndex: lo.Attrs().Index, Dst: services, Src: net.ParseIP(nodeIP), Scope: netlink.SCOPE_LINK}
+	route := &netlink.Route{LinkIndex: lo.Attrs().Index, Dst: services, Src: net.ParseIP(NodeIP), Scope: netlink.SCOPE_LINK}
 	if err := netlink.RouteAdd(route); err != nil {
 		return fmt.Errorf("route the service range %s to lo: %w", serviceCIDR, err)
 	}
@@ -188,20 +177,18 @@ func nodeAddress() error {
 
 // buildFixture builds the DGX H200 fixture with one broken VF: the last VF
 // of the last PF has a zero node and port GUID (scenario 4).
-func buildFixture(tb *harness.ProgramTB, n *node) error {
-	n.dgx = sysfstest.NewDGXH200(tb)
-	for _, pf := range n.dgx.PFs {
-		n.vfs = append(n.vfs, pf.VFs...)
+func buildFixture(tb *harness.ProgramTB, n *Node) error {
+	n.DGX = sysfstest.NewDGXH200(tb)
+	for _, pf := range n.DGX.PFs {
+		n.VFs = append(n.VFs, pf.VFs...)
 	}
-	n.zeroGUID = n.vfs[len(n.vfs)-1]
-	const zero = "0000:0000:0000:0000"
-	n.dgx.SetRDMA(n.zeroGUID.PCI, sysfstest.RDMA{Name: n.zeroGUID.RDMA, NodeGUID: zero, FWVer: sysfstest.DGXFirmware,
-		Ports: []sysfstest.Port{{GID0: sysfstest.GID0(zero)}}})
+	n.ZeroGUID = n.VFs[len(n.VFs)-1]
+	n.SetGUID(n.ZeroGUID, UnsetGUID)
 	// The overlay on /sys/class (mountFixture) takes a layer holding just
 	// class/infiniband: move it to sysclass/infiniband, at the same depth so
 	// its relative links still resolve, and leave a link in its place.
-	class := filepath.Join(n.dgx.Root, "class", "infiniband")
-	layer := filepath.Join(n.dgx.Root, "sysclass")
+	class := filepath.Join(n.DGX.Root, "class", "infiniband")
+	layer := filepath.Join(n.DGX.Root, "sysclass")
 	if err := os.MkdirAll(layer, 0o755); err != nil {
 		return err
 	}
@@ -237,67 +224,12 @@ func mountFixture(root string) error {
 	return nil
 }
 
-// cgroupHierarchies lists the mounted cgroup hierarchies (v1 controllers
-// and the unified v2 one).
-func cgroupHierarchies() []string {
-	var out []string
-	dirs, _ := filepath.Glob("/sys/fs/cgroup/*")
-	for _, d := range dirs {
-		var st unix.Statfs_t
-		if unix.Statfs(d, &st) == nil && (st.Type == unix.CGROUP_SUPER_MAGIC || st.Type == unix.CGROUP2_SUPER_MAGIC) {
-			out = append(out, d)
-		}
-	}
-	return out
-}
-
-// makeCgroupRoot creates cgroupRoot in every hierarchy; a cpuset cgroup
-// needs its CPUs and memory nodes before tasks can join it.
-func makeCgroupRoot() error {
-	for _, h := range cgroupHierarchies() {
-		dir := filepath.Join(h, cgroupRoot)
-		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("create cgroup %s: %w", dir, err)
-		}
-		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
-			if b, err := os.ReadFile(filepath.Join(h, f)); err == nil {
-				if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
-					return fmt.Errorf("set %s of %s: %w", f, dir, err)
-				}
-			}
-		}
-	}
-	return nil
-}
-
-// removeCgroupRoot removes cgroupRoot and every cgroup under it, deepest
-// first; it fails if a cgroup still has tasks.
-func removeCgroupRoot() error {
-	var errs []error
-	for _, h := range cgroupHierarchies() {
-		var dirs []string
-		_ = filepath.WalkDir(filepath.Join(h, cgroupRoot), func(p string, d fs.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		slices.Reverse(dirs)
-		for _, d := range dirs {
-			if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) {
-				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// podNetnsPaths lists the pod network namespaces the runtime has mounted
+// PodNetnsPaths lists the pod network namespaces the runtime has mounted
 // under /run/netns (the stand-ins' wire namespaces live there too and are
 // left out).
-func (n *node) podNetnsPaths() []string {
+func (n *Node) PodNetnsPaths() []string {
 	wires := map[string]bool{}
-	for _, s := range n.standIns {
+	for _, s := range n.StandIns {
 		wires[s.Wire.Path()] = true
 	}
 	var out []string
@@ -310,10 +242,10 @@ func (n *node) podNetnsPaths() []string {
 	return out
 }
 
-// vfsHome lists the VFs that are not in this (the node's) network
+// VFsHome lists the VFs that are not in this (the node's) network
 // namespace under their host name, for the "every VF back" checks.
-func (n *node) vfsHome() (missing []string) {
-	for _, vf := range n.vfs {
+func (n *Node) VFsHome() (missing []string) {
+	for _, vf := range n.VFs {
 		if testutil.HostLink(vf.NetDev) == nil {
 			missing = append(missing, vf.NetDev+" ("+vf.PCI+")")
 		}
@@ -321,9 +253,9 @@ func (n *node) vfsHome() (missing []string) {
 	return missing
 }
 
-// pfOf is the PCI address of a VF's PF in the fixture ("" for no VF).
-func (n *node) pfOf(pci string) string {
-	for _, pf := range n.dgx.PFs {
+// PFOf is the PCI address of a VF's PF in the fixture ("" for no VF).
+func (n *Node) PFOf(pci string) string {
+	for _, pf := range n.DGX.PFs {
 		for _, vf := range pf.VFs {
 			if vf.PCI == pci {
 				return pf.PCI
@@ -331,4 +263,31 @@ func (n *node) pfOf(pci string) string {
 		}
 	}
 	return ""
+}
+
+// VFByPCI is the fixture's VF at a PCI address.
+func (n *Node) VFByPCI(pci string) sysfstest.DGXVF {
+	for _, vf := range n.VFs {
+		if vf.PCI == pci {
+			return vf
+		}
+	}
+	return sysfstest.DGXVF{}
+}
+
+// SetGUID writes a VF's node and port GUID into the fixture, as the kernel
+// shows them once the firmware holds them.
+func (n *Node) SetGUID(vf sysfstest.DGXVF, guid string) {
+	n.DGX.SetRDMA(vf.PCI, sysfstest.RDMA{Name: vf.RDMA, NodeGUID: guid, FWVer: sysfstest.DGXFirmware,
+		Ports: []sysfstest.Port{{GID0: sysfstest.GID0(guid)}}})
+}
+
+// SetPortDown writes a VF's port as administratively disabled (or, with
+// down false, ACTIVE/LinkUp again), keeping its GUID.
+func (n *Node) SetPortDown(vf sysfstest.DGXVF, down bool) {
+	p := sysfstest.Port{GID0: sysfstest.GID0(vf.PortGUID)}
+	if down {
+		p.State, p.PhysState = "1: DOWN", "3: Disabled"
+	}
+	n.DGX.SetPort(vf.PCI, vf.RDMA, 1, p)
 }

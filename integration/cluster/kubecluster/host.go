@@ -1,39 +1,36 @@
-//go:build clustere2e
-
-package cluster
+package kubecluster
 
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
-// cgroupRoot is the cgroup (in every v1 hierarchy and in the unified one)
-// under which kubelet puts its pods: created before kubelet starts and
-// removed at teardown, cgroups being the one thing of the run that is not
-// in its namespaces.
-const cgroupRoot = "sriov-stable-e2e"
-
-// namespacesFile, in the work dir, holds the run stage's namespace links
-// (net:[…], mnt:[…], pid:[…]) for the host check.
-const namespacesFile = "namespaces"
-
-// hostMounts is the host's mount table as "mount point, type, source" lines.
+// hostMounts is this process's mount table as "mount point, type, source"
+// lines.
 func hostMounts() (map[string]bool, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	return parseMountinfo(f)
+}
+
+// parseMountinfo reads a mountinfo table (proc(5)) as "mount point, type,
+// source" lines; the optional fields before the "-" separator are skipped.
+func parseMountinfo(r io.Reader) (map[string]bool, error) {
 	out := map[string]bool{}
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		// id parent major:minor root mountpoint options … - fstype source superopts
 		fields := strings.Fields(sc.Text())
-		sep := indexOf(fields, "-")
-		if len(fields) < 5 || sep < 0 || sep+2 >= len(fields) {
+		sep := slices.Index(fields, "-")
+		if len(fields) < 5 || sep < 5 || sep+2 >= len(fields) {
 			continue
 		}
 		out[fields[4]+" "+fields[sep+1]+" "+fields[sep+2]] = true
@@ -41,19 +38,10 @@ func hostMounts() (map[string]bool, error) {
 	return out, sc.Err()
 }
 
-func indexOf(s []string, v string) int {
-	for i, x := range s {
-		if x == v {
-			return i
-		}
-	}
-	return -1
-}
-
 // hostLeftovers lists what the run left on the host: mounts that were not
 // there before, processes still in the run's namespaces or running one of
 // its binaries, and the pods' cgroups.
-func hostLeftovers(before map[string]bool) []string {
+func hostLeftovers(before map[string]bool, workDir, binDir string) []string {
 	var out []string
 	if now, err := hostMounts(); err != nil {
 		out = append(out, fmt.Sprintf("cannot read the mount table: %v", err))
@@ -65,21 +53,39 @@ func hostLeftovers(before map[string]bool) []string {
 		}
 	}
 	nsLinks := map[string]bool{}
-	if b, err := os.ReadFile(filepath.Join(*workDir, namespacesFile)); err == nil {
+	if b, err := os.ReadFile(filepath.Join(workDir, namespacesFile)); err == nil {
 		for _, l := range strings.Fields(string(b)) {
 			nsLinks[l] = true
 		}
 	} else {
 		out = append(out, fmt.Sprintf("the run stage recorded no namespaces (%v): cannot check them", err))
 	}
-	bins := map[string]bool{}
-	if entries, err := os.ReadDir(*binDir); err == nil {
-		for _, e := range entries {
-			if p, err := filepath.EvalSymlinks(filepath.Join(*binDir, e.Name())); err == nil {
-				bins[p] = true
-			}
+	out = append(out, runProcesses(nsLinks, binaries(binDir))...)
+	hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
+	for _, h := range hierarchies {
+		if _, err := os.Stat(filepath.Join(h, cgroupRoot)); err == nil {
+			out = append(out, "cgroup "+filepath.Join(h, cgroupRoot))
 		}
 	}
+	return out
+}
+
+// binaries is the set of the resolved paths of the files in binDir.
+func binaries(binDir string) map[string]bool {
+	bins := map[string]bool{}
+	entries, _ := os.ReadDir(binDir)
+	for _, e := range entries {
+		if p, err := filepath.EvalSymlinks(filepath.Join(binDir, e.Name())); err == nil {
+			bins[p] = true
+		}
+	}
+	return bins
+}
+
+// runProcesses lists the host's processes in one of the namespaces nsLinks
+// names or running one of bins.
+func runProcesses(nsLinks, bins map[string]bool) []string {
+	var out []string
 	procs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, p := range procs {
 		comm, _ := os.ReadFile(filepath.Join(p, "comm"))
@@ -91,12 +97,6 @@ func hostLeftovers(before map[string]bool) []string {
 		}
 		if exe, err := os.Readlink(filepath.Join(p, "exe")); err == nil && bins[exe] {
 			out = append(out, who+" runs "+exe)
-		}
-	}
-	hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
-	for _, h := range hierarchies {
-		if _, err := os.Stat(filepath.Join(h, cgroupRoot)); err == nil {
-			out = append(out, "cgroup "+filepath.Join(h, cgroupRoot))
 		}
 	}
 	return out

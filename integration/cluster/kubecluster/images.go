@@ -1,6 +1,4 @@
-//go:build clustere2e
-
-package cluster
+package kubecluster
 
 import (
 	"archive/tar"
@@ -8,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 
@@ -18,15 +15,16 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
-// pauseImage is the sandbox image and the test pods' image: the static
+// PauseImage is the sandbox image and the test pods' image: the static
 // cmd/pause binary as /pause in one layer, written without a container
 // engine (as tools/mkimage writes the project's image) and imported into
 // containerd, so nothing is ever pulled.
-const pauseImage = "localhost/sriov-stable-e2e/pause:1"
+const PauseImage = "localhost/sriov-stable-e2e/pause:1"
 
-// writePauseImage writes the pause image as a docker-archive tarball.
-func writePauseImage(out string) error {
-	bin, err := os.ReadFile(filepath.Join(*binDir, "pause"))
+// writePauseImage writes the pause image, from the pause binary of binDir,
+// as a docker-archive tarball.
+func writePauseImage(binDir, out string) error {
+	bin, err := os.ReadFile(filepath.Join(binDir, "pause"))
 	if err != nil {
 		return err
 	}
@@ -59,29 +57,24 @@ func writePauseImage(out string) error {
 	if img, err = mutate.ConfigFile(img, cfg); err != nil {
 		return err
 	}
-	ref, err := name.NewTag(pauseImage)
+	ref, err := name.NewTag(PauseImage)
 	if err != nil {
 		return err
 	}
 	return tarball.WriteToFile(out, ref, img)
 }
 
-// importImage loads an image archive into containerd's k8s.io namespace,
-// where the CRI looks for images.
-func (c *cluster) importImage(archive string) error {
-	cmd := exec.Command(filepath.Join(*binDir, "ctr"), "--address", containerdSocket, "--namespace", "k8s.io",
-		"images", "import", archive)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("ctr images import %s: %w\n%s", archive, err, out)
+// importImages loads the pause image and the run's images into
+// containerd's k8s.io namespace, where the CRI looks for images.
+func (c *Cluster) importImages() error {
+	pause := filepath.Join(runDir, "pause-image.tar")
+	if err := writePauseImage(c.cfg.BinDir, pause); err != nil {
+		return fmt.Errorf("write the pause image: %w", err)
+	}
+	for _, archive := range append([]string{pause}, c.cfg.Images...) {
+		if _, err := c.Ctr("images", "import", archive); err != nil {
+			return err
+		}
 	}
 	return nil
 }
-
-// imageArchive is the project image of make image in images/<which>
-// (a, the version first deployed, or b, the upgrade).
-func imageArchive(which string) string {
-	return filepath.Join(*imageDir, which, "sriov-stable-cni-image.tar")
-}
-
-// imageRef is the project image of a version, as make image tags it.
-func imageRef(version string) string { return *imageName + ":" + version }
