@@ -247,8 +247,17 @@ func TestLabRDMA02DriftInPod(t *testing.T) {
 		guid := series("sriov_stable_attachment_drift_reasons", "reason", "guid")
 		ag.waitFor(t, "the attachment ok", 30*time.Second, func(m metrics) bool { return m.Is(portDown, 0) && m.Is(guid, 0) })
 
+		// The doctor's first report is published after the monitor's first
+		// sweep may be: its findings by severity are on /metrics once it is.
 		inPod := promtext.Series("sriov_stable_doctor_finding", "check", "rdma-netns", "severity", "info", "subject", v.PCI)
-		if m := ag.scrape(t); exclusive != m.Is(inPod, 1) {
+		doctorErrors := promtext.Series("sriov_stable_doctor_findings", "severity", "error")
+		var m metrics
+		ag.waitFor(t, "the doctor's first report", 30*time.Second, func(got metrics) bool {
+			m = got
+			_, ok := got[doctorErrors]
+			return ok
+		})
+		if exclusive != m.Is(inPod, 1) {
 			t.Fatalf("doctor finding %s = %v; want it only in exclusive mode (exclusive=%v)\n%s", inPod, m[inPod], exclusive, m.Dump("sriov_stable_doctor"))
 		}
 		r := run(t, nil, tool("sriov-stable-agent"), "doctor", "--state-dir", e.stateDir, "--kmsg=")
