@@ -109,7 +109,11 @@ func warmUp(vfs []vf) ([]time.Duration, error) {
 }
 
 // cycleLink sets a VF up in the root netns, waits for carrier, and sets it
-// down. Equivalent to: ip link set $vf up; (wait for LOWER_UP); ip link set $vf down
+// down. A VF that comes up during its PF's reset (igb resets the adapter
+// once its VFs are enabled) can miss the PF's mailbox reply and stay
+// without carrier until it is opened again: after 15 s it is set down and
+// up again, three tries in all.
+// Equivalent to: ip link set $vf up; (wait for LOWER_UP); ip link set $vf down
 func cycleLink(v vf) (time.Duration, error) {
 	l, err := rootLinkOf(v.PCI)
 	if err != nil {
@@ -117,12 +121,23 @@ func cycleLink(v vf) (time.Duration, error) {
 	}
 	name := l.Attrs().Name
 	start := time.Now()
-	if err := setLinkUp(rootNetns, name, true); err != nil {
-		return 0, fmt.Errorf("%s: %w", v, err)
+	var errs []error
+	for try := 1; try <= 3; try++ {
+		if err := setLinkUp(rootNetns, name, true); err != nil {
+			return 0, fmt.Errorf("%s: %w", v, err)
+		}
+		err = waitCarrier(rootNetns, v, true, 15*time.Second)
+		if err == nil {
+			took := time.Since(start)
+			return took, setLinkUp(rootNetns, name, false)
+		}
+		errs = append(errs, fmt.Errorf("try %d: %w", try, err))
+		if err := setLinkUp(rootNetns, name, false); err != nil {
+			return 0, fmt.Errorf("%s: %w", v, err)
+		}
+		time.Sleep(time.Second)
 	}
-	err = waitCarrier(rootNetns, v, true, 30*time.Second)
-	took := time.Since(start)
-	return took, errors.Join(err, setLinkUp(rootNetns, name, false))
+	return time.Since(start), errors.Join(errs...)
 }
 
 // igbPFs lists the PCI addresses bound to the igb driver, sorted.
