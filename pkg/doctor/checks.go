@@ -26,7 +26,8 @@ var steps = []step{
 	{run: (*run).checkDriver, reports: []string{finding.CheckDriverLoaded, finding.CheckDriverBound, finding.CheckRDMADevice}, mellanox: true},
 	{run: (*run).checkKernelLog, reports: []string{finding.CheckDriverKernelMismatch, finding.CheckDriverProbe, finding.CheckKernelLog}, mellanox: true},
 	{run: (*run).checkFirmware, reports: []string{finding.CheckFirmwareVersion}, mellanox: true},
-	{run: (*run).checkPorts, reports: PortChecks}, // every vendor's RDMA ports
+	{run: (*run).checkPorts, reports: []string{finding.CheckPortState, finding.CheckLinkLayer}}, // every vendor's RDMA ports
+	{run: (*run).checkCarrier, reports: []string{finding.CheckCarrier}},                         // their host netdevs
 	{run: (*run).checkGUIDs, reports: []string{finding.CheckGUIDInvalid, finding.CheckGUIDDuplicate}, mellanox: true},
 	{run: (*run).checkNumVFs, reports: []string{finding.CheckSRIOVNumVFs}, mellanox: true},
 	{run: (*run).checkNames, reports: []string{finding.CheckVFName, finding.CheckVFAltName}, mellanox: true},

@@ -20,6 +20,9 @@ type hostLink struct {
 	name      string
 	altNames  []string
 	parentDev string // PCI address when the parent bus is pci
+	up        bool   // administratively up (IFF_UP)
+	carrier   bool   // IFF_LOWER_UP: the kernel sets it only on a link that is up
+	operState string
 }
 
 // listLinks lists the links of the calling thread's network namespace
@@ -41,7 +44,8 @@ func (r *run) listLinks() {
 	r.links = make([]hostLink, 0, len(links))
 	for _, l := range links {
 		a := l.Attrs()
-		hl := hostLink{name: a.Name, altNames: a.AltNames}
+		hl := hostLink{name: a.Name, altNames: a.AltNames, up: a.RawFlags&unix.IFF_UP != 0,
+			carrier: a.RawFlags&unix.IFF_LOWER_UP != 0, operState: a.OperState.String()}
 		if a.ParentDevBus == "pci" {
 			hl.parentDev = a.ParentDev
 		}

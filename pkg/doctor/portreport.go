@@ -11,8 +11,9 @@ import (
 
 // PortChecks are the checks Ports runs: those whose answer can change from
 // one second to the next (a cable pulled, a subnet manager gone, a port
-// type flipped) and that make a VF unusable for the next pod.
-var PortChecks = []string{finding.CheckPortState, finding.CheckLinkLayer}
+// type flipped, a carrier lost) and that make a VF unusable for the next
+// pod.
+var PortChecks = []string{finding.CheckPortState, finding.CheckLinkLayer, finding.CheckCarrier}
 
 // PortReport is one run of the port checks alone.
 type PortReport struct {
@@ -26,9 +27,11 @@ type PortReport struct {
 }
 
 // Ports runs the port checks (PortChecks) over every function with an RDMA
-// device, as Run does, and nothing else: what the agent runs again each time a port
-// attribute changes between two full runs, so a free VF whose port goes
-// down is known in about a second rather than at the next full run. A
+// device, as Run does, and nothing else: what the agent runs again each
+// time a port attribute or a host link's carrier changes between two full
+// runs, so a free VF whose port goes down is known in about a second
+// rather than at the next full run. Like Run, it reads the links of the
+// calling thread's network namespace. A
 // function whose sysfs entry cannot be read is left out of Functions: the
 // full run's finding about it stands.
 func Ports(opts Options) (*PortReport, error) {
@@ -43,7 +46,9 @@ func Ports(opts Options) (*PortReport, error) {
 		return nil, fmt.Errorf("port checks: %w", err)
 	}
 	r.inv = inv
+	r.listLinks()
 	r.checkPorts()
+	r.checkCarrier()
 	sortFindings(r.findings)
 	p := &PortReport{Started: started, Findings: r.findings}
 	for _, f := range slices.Concat(inv.pfs, inv.vfs, inv.otherPFs, inv.otherVFs) {
@@ -60,7 +65,7 @@ func (rep *Report) WithPorts(started time.Time, p *PortReport) *Report {
 	if p == nil || !p.Started.After(started) {
 		return rep
 	}
-	covered := map[string]bool{}
+	covered := map[string]bool{"node": true} // what could not be checked at all
 	for _, f := range p.Functions {
 		covered[f] = true
 	}

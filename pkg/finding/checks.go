@@ -20,6 +20,7 @@ const (
 	CheckFirmwareVersion      = "firmware-version"
 	CheckLinkLayer            = "link-layer"
 	CheckPortState            = "port-state"
+	CheckCarrier              = "carrier"
 	CheckGUIDInvalid          = "guid-invalid"
 	CheckGUIDDuplicate        = "guid-duplicate"
 	CheckSRIOVNumVFs          = "sriov-numvfs"
@@ -79,6 +80,7 @@ const (
 	TaintGUID      = "sriov-stable-cni.io/guid"
 	TaintPortState = "sriov-stable-cni.io/port-state"
 	TaintLinkLayer = "sriov-stable-cni.io/link-layer"
+	TaintCarrier   = "sriov-stable-cni.io/carrier"
 )
 
 // Check is one check as the registry declares it: its name, what it
@@ -109,6 +111,8 @@ var checks = []Check{
 		DeviceTaint: &Taint{Key: TaintLinkLayer, Value: "mismatch", CoversVFs: true}},
 	{Name: CheckPortState, Needs: NeedSysfs, Doc: "a port is ACTIVE / LinkUp",
 		DeviceTaint: &Taint{Key: TaintPortState, Value: "not-active", CoversVFs: true}},
+	{Name: CheckCarrier, Needs: NeedSysfs | NeedLinks, Doc: "a host netdev that is up has carrier (a free VF's, or its PF's)",
+		DeviceTaint: &Taint{Key: TaintCarrier, Value: "down", CoversVFs: true}},
 	{Name: CheckGUIDInvalid, Needs: NeedSysfs, Doc: "a node or port GUID zero or all-F",
 		DeviceTaint: &Taint{Key: TaintGUID, Value: "invalid"}},
 	{Name: CheckGUIDDuplicate, Needs: NeedSysfs, Doc: "a node or port GUID shared by two functions",

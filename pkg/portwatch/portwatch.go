@@ -2,11 +2,13 @@
 // RDMA ports the host sees (every PF's, and every VF's whose device is in
 // the host's netns: the free ones, and in shared mode the attached ones
 // too) for a change of state, link layer or node GUID, which the kernel
-// announces to no one. It re-reads those attributes every interval through
-// files it keeps open, and on a change runs the doctor's port checks
-// (doctor.Ports) and hands on their findings, so a free VF whose port goes
-// down is known to the node condition and its device taint in about a
-// second rather than at the next doctor run.
+// announces to no one, and the host's links for a change of admin state or
+// carrier, which it does announce (RTM_NEWLINK). It re-reads the port
+// attributes every interval through files it keeps open, hears the links'
+// netlink events as they come, and on a change runs the doctor's port
+// checks (doctor.Ports) and hands on their findings, so a free VF whose
+// port goes down or whose carrier drops is known to the node condition and
+// its device taint in about a second rather than at the next doctor run.
 package portwatch
 
 import (
@@ -16,6 +18,9 @@ import (
 	"os"
 	"slices"
 	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
@@ -37,7 +42,12 @@ type Config struct {
 	// one handed on (the first is always handed on). It is called from the
 	// watcher's goroutine and must not block.
 	Changed func(*doctor.PortReport)
-	Logger  *slog.Logger
+	// LinkEvents: hear the netlink link events of the network namespace
+	// Run runs in (the doctor's port checks judge the carrier of its
+	// links) and run the checks at once on a change of a link's admin
+	// state or carrier, a link added or a link gone.
+	LinkEvents bool
+	Logger     *slog.Logger
 }
 
 // device is one class/infiniband entry's open attribute files.
@@ -58,6 +68,9 @@ type Watcher struct {
 	sent *doctor.PortReport
 	// failed is the error of the last port check that failed, logged once.
 	failed string
+	// flags are the IFF_UP and IFF_LOWER_UP bits of every link an event
+	// was heard about, by index.
+	flags map[int32]uint32
 }
 
 // New returns a watcher; nothing runs until Run.
@@ -72,25 +85,93 @@ func New(cfg Config) *Watcher {
 	if root == "" {
 		root = "/sys"
 	}
-	return &Watcher{cfg: cfg, sys: sysfs.Reader{Root: root}, log: cfg.Logger, devs: map[string]*device{}, buf: make([]byte, 64)}
+	return &Watcher{cfg: cfg, sys: sysfs.Reader{Root: root}, log: cfg.Logger, devs: map[string]*device{}, buf: make([]byte, 64),
+		flags: map[int32]uint32{}}
 }
 
-// Run reads the ports every interval until ctx ends, then closes its
-// files. The first read always runs the checks.
+// Run reads the ports every interval, and with LinkEvents hears the link
+// events between reads, until ctx ends; then it closes its files and its
+// netlink socket. The first read always runs the checks.
 func (w *Watcher) Run(ctx context.Context) {
 	defer w.close()
 	t := time.NewTicker(w.cfg.Interval)
 	defer t.Stop()
+	var links <-chan netlink.LinkUpdate
 	for {
+		if w.cfg.LinkEvents && links == nil {
+			links = w.subscribe(ctx) // nil when it fails: tried again next interval
+		}
 		if w.Poll() {
 			w.Check()
 		}
-		select {
-		case <-ctx.Done():
+		if !w.hearLinks(ctx, t.C, &links) {
 			return
-		case <-t.C:
 		}
 	}
+}
+
+// subscribe opens a netlink socket on RTMGRP_LINK in the calling thread's
+// network namespace; it closes when ctx ends.
+func (w *Watcher) subscribe(ctx context.Context) <-chan netlink.LinkUpdate {
+	ch := make(chan netlink.LinkUpdate, 64)
+	err := netlink.LinkSubscribeWithOptions(ch, ctx.Done(), netlink.LinkSubscribeOptions{
+		ErrorCallback: func(err error) { w.log.Debug("link events", "err", err) },
+	})
+	if err != nil {
+		w.log.Warn("cannot hear link events; carrier changes are known at the next doctor run", "err", err)
+		return nil
+	}
+	return ch
+}
+
+// hearLinks runs the checks on each burst of link events that changes a
+// link's admin state or carrier, until the next tick; false when ctx ended.
+// A subscription that ended (the socket overran and events were lost) is
+// dropped, and the checks run: the next interval opens another.
+func (w *Watcher) hearLinks(ctx context.Context, tick <-chan time.Time, links *<-chan netlink.LinkUpdate) bool {
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick:
+			return true
+		case u, ok := <-*links:
+			if !ok {
+				*links = nil
+				clear(w.flags)
+				w.Check()
+				continue
+			}
+			changed := w.linkChanged(u)
+			for more := true; more; { // a burst is one check
+				select {
+				case u, ok = <-*links:
+					more = ok
+					changed = ok && w.linkChanged(u) || changed
+				default:
+					more = false
+				}
+			}
+			if changed {
+				w.Check()
+			}
+		}
+	}
+}
+
+// linkChanged records a link event and reports whether it removed a link
+// (moved to a pod's netns, say), was the first heard about one, or changed
+// one's admin state or carrier. Other changes (an address, an MTU, stats)
+// are not the checks' business.
+func (w *Watcher) linkChanged(u netlink.LinkUpdate) bool {
+	if u.Header.Type == unix.RTM_DELLINK {
+		delete(w.flags, u.Index)
+		return true
+	}
+	f := u.Flags & (unix.IFF_UP | unix.IFF_LOWER_UP)
+	old, known := w.flags[u.Index]
+	w.flags[u.Index] = f
+	return !known || old != f
 }
 
 // Poll lists class/infiniband, opens the files of devices that are new (or

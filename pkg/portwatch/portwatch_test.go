@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/google/go-cmp/cmp"
+	"github.com/vishvananda/netlink"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
@@ -201,4 +204,70 @@ func BenchmarkPoll(b *testing.B) {
 			b.Fatal("a change with nothing changed")
 		}
 	}
+}
+
+// With LinkEvents, a free VF's carrier dropping is handed on as its
+// carrier finding at once, not at the next read of the ports (the
+// interval here is an hour), and its coming back clears it; so does the
+// VF leaving the netns (to a pod) while without carrier. Run runs in a
+// private netns holding the VF's stand-in, as the agent runs in the
+// host's.
+func TestCarrierDropHeardAtOnce(t *testing.T) {
+	testutil.RequireRoot(t, "creates a stand-in VF netdev in a private network namespace")
+	n := sysfstest.NewDGXH200(t)
+	vf := n.PFs[1].VFs[2]
+	host, pod := testutil.NewNetns(t), testutil.NewNetns(t)
+	var s *testutil.StandIn
+	err := host.Do(func(ns.NetNS) error {
+		s = testutil.NewStandIn(t, vf.NetDev, vf.PCI, false)
+		return netlink.LinkSetUp(testutil.HostLink(vf.NetDev))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r reports
+	w := New(Config{Doctor: doctor.Options{SysfsRoot: n.Root}, Interval: time.Hour, Changed: r.add, LinkEvents: true})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = host.Do(func(ns.NetNS) error { w.Run(ctx); return nil })
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	last := func() []string {
+		got := r.all()
+		if len(got) == 0 {
+			return nil
+		}
+		return errorsOf(got[len(got)-1])
+	}
+	wait := func(what string, want []string) {
+		t.Helper()
+		start := time.Now()
+		for !cmp.Equal(last(), want) {
+			if time.Since(start) > 2*time.Second {
+				t.Fatalf("%s: errors %v, want %v within 2 s", what, last(), want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		t.Logf("%s: handed on after %s", what, time.Since(start).Round(time.Millisecond))
+	}
+	wait("the first report", []string{})
+	down := []string{finding.CheckCarrier + " " + vf.PCI}
+	s.SetCarrier(t, false)
+	wait("carrier dropped", down)
+	s.SetCarrier(t, true)
+	wait("carrier back", []string{})
+	s.SetCarrier(t, false)
+	wait("carrier dropped again", down)
+	err = host.Do(func(ns.NetNS) error {
+		return netlink.LinkSetNsFd(testutil.HostLink(vf.NetDev), int(pod.Fd()))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait("the VF moved to a pod's netns", []string{})
 }
