@@ -17,11 +17,12 @@ import (
 func repairs(kind string) string { return promtext.Series("sriov_stable_repairs_total", "kind", kind) }
 
 // wantSockets waits until the agent holds one netlink socket per
-// attachment whose netns exists, and its gauge says so.
+// attachment whose netns exists, and its gauge says so. The port watcher's
+// socket, in the agent's own netns, is not one of them.
 func (a *agent) wantSockets(what string, want int) {
 	a.t.Helper()
 	a.waitFor(what, func(m metrics) bool {
-		n, err := testutil.NetlinkSockets(a.pid)
+		n, err := testutil.NetlinkSocketsElsewhere(a.pid)
 		return err == nil && n == want && m["sriov_stable_event_subscriptions"] == float64(want)
 	})
 }

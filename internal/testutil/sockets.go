@@ -15,6 +15,21 @@ import (
 // /proc/PID/net/netlink list only the sockets of one netns.) The test or
 // bench must be allowed to ptrace pid: root, or pid its own.
 func NetlinkSockets(pid int) (int, error) {
+	return netlinkSockets(pid, false)
+}
+
+// NetlinkSocketsElsewhere counts the netlink sockets process pid holds
+// that were made in a network namespace other than its own (SIOCGSKNS):
+// the agent's one per pod netns, without the port watcher's in the host's.
+func NetlinkSocketsElsewhere(pid int) (int, error) {
+	return netlinkSockets(pid, true)
+}
+
+func netlinkSockets(pid int, elsewhere bool) (int, error) {
+	var own unix.Stat_t
+	if err := unix.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &own); err != nil {
+		return 0, err
+	}
 	dir := fmt.Sprintf("/proc/%d/fd", pid)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -40,10 +55,22 @@ func NetlinkSockets(pid int) (int, error) {
 			continue // closed meanwhile
 		}
 		domain, err := unix.GetsockoptInt(copied, unix.SOL_SOCKET, unix.SO_DOMAIN)
-		unix.Close(copied)
-		if err == nil && domain == unix.AF_NETLINK {
+		if err == nil && domain == unix.AF_NETLINK && (!elsewhere || !inNetns(copied, own)) {
 			n++
 		}
+		unix.Close(copied)
 	}
 	return n, nil
+}
+
+// inNetns reports whether socket fd was made in the network namespace of
+// inode ns (false when that cannot be asked).
+func inNetns(fd int, ns unix.Stat_t) bool {
+	nsfd, err := unix.IoctlRetInt(fd, unix.SIOCGSKNS)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(nsfd)
+	var st unix.Stat_t
+	return unix.Fstat(nsfd, &st) == nil && st.Ino == ns.Ino && st.Dev == ns.Dev
 }
