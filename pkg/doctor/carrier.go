@@ -21,15 +21,6 @@ func (r *run) checkCarrier() {
 			"carrier of host netdevs not checked: %v", r.linkErr)
 		return
 	}
-	byName := map[string]*hostLink{}
-	byParent := map[string][]*hostLink{}
-	for i := range r.links {
-		l := &r.links[i]
-		byName[l.name] = l
-		if l.parentDev != "" {
-			byParent[l.parentDev] = append(byParent[l.parentDev], l)
-		}
-	}
 	portDown := map[string]bool{}
 	for _, f := range r.findings {
 		if f.Check == finding.CheckPortState || f.Check == finding.CheckLinkLayer {
@@ -44,7 +35,7 @@ func (r *run) checkCarrier() {
 		if portDown[f.addr] || f.pf != "" && noCarrier[f.pf] {
 			return
 		}
-		for _, l := range linksOf(f, byName, byParent) {
+		for _, l := range r.linksOf(f) {
 			if l.up && !l.carrier {
 				r.reportNoCarrier(f, l)
 				noCarrier[f.addr] = true
@@ -62,14 +53,14 @@ func (r *run) checkCarrier() {
 
 // linksOf is a function's links in this netns: those sysfs lists under it
 // and those whose parent device it is.
-func linksOf(f *function, byName map[string]*hostLink, byParent map[string][]*hostLink) []*hostLink {
+func (r *run) linksOf(f *function) []*hostLink {
 	var out []*hostLink
 	for _, name := range f.netdevs {
-		if l := byName[name]; l != nil {
+		if l := r.byName[name]; l != nil {
 			out = append(out, l)
 		}
 	}
-	for _, l := range byParent[f.addr] {
+	for _, l := range r.byParent[f.addr] {
 		if !slices.Contains(out, l) {
 			out = append(out, l)
 		}

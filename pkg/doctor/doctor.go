@@ -98,9 +98,12 @@ type run struct {
 	opts     Options
 	sys      sysfs.Reader
 	inv      *inventory
-	links    []hostLink // this netns's links, for names and altnames
+	links    []hostLink // this netns's links, for names, altnames and carrier
 	rawLinks []netlink.Link
 	linkErr  error
+	byName   map[string]*hostLink   // links by name
+	byAlt    map[string]*hostLink   // links by altname
+	byParent map[string][]*hostLink // links by parent PCI device
 	// netdevsElsewhere: sysfs lists VF netdevs this netns does not have
 	// (sysfs was mounted in another netns), so altnames cannot be judged.
 	netdevsElsewhere bool
@@ -130,10 +133,17 @@ func Run(opts Options) (*Report, error) {
 		return nil, err
 	}
 	r.inv = inv
-	have := opts.inputs()
+	r.runSteps(steps)
+	return &Report{SysfsRoot: opts.SysfsRoot, PFs: len(inv.pfs), VFs: len(inv.vfs), RDMAInPods: r.inPods, Findings: r.findings}, nil
+}
+
+// runSteps runs each of the steps whose inputs the options give, listing
+// the links once for the first that reads them, and sorts the findings.
+func (r *run) runSteps(steps []step) {
+	have := r.opts.inputs()
 	for _, s := range steps {
 		needs := s.needs()
-		if !have.Has(needs) || s.mellanox && len(inv.pfs)+len(inv.vfs) == 0 {
+		if !have.Has(needs) || s.mellanox && len(r.inv.pfs)+len(r.inv.vfs) == 0 {
 			continue
 		}
 		if needs.Has(finding.NeedLinks) && r.links == nil && r.linkErr == nil {
@@ -142,7 +152,6 @@ func Run(opts Options) (*Report, error) {
 		s.run(r)
 	}
 	sortFindings(r.findings)
-	return &Report{SysfsRoot: opts.SysfsRoot, PFs: len(inv.pfs), VFs: len(inv.vfs), RDMAInPods: r.inPods, Findings: r.findings}, nil
 }
 
 // inputs says what the options give the checks to read: sysfs and the

@@ -26,7 +26,8 @@ type hostLink struct {
 }
 
 // listLinks lists the links of the calling thread's network namespace
-// with their altnames and parent devices, which sysfs does not show.
+// with their altnames and parent devices, which sysfs does not show, and
+// indexes them by name, altname and parent device for the checks.
 // Equivalent to: ip -d link show
 func (r *run) listLinks() {
 	h, err := netlinksafe.NewHandle(unix.NETLINK_ROUTE)
@@ -51,6 +52,19 @@ func (r *run) listLinks() {
 		}
 		r.links = append(r.links, hl)
 	}
+	r.byName = map[string]*hostLink{}
+	r.byAlt = map[string]*hostLink{}
+	r.byParent = map[string][]*hostLink{}
+	for i := range r.links {
+		l := &r.links[i]
+		r.byName[l.name] = l
+		for _, a := range l.altNames {
+			r.byAlt[a] = l
+		}
+		if l.parentDev != "" {
+			r.byParent[l.parentDev] = append(r.byParent[l.parentDev], l)
+		}
+	}
 }
 
 // checkNames checks the host netdev of every Mellanox VF that has one: its
@@ -58,42 +72,28 @@ func (r *run) listLinks() {
 // altname. VFs inside pods have no host netdev and are not judged here
 // (the monitor judges attachments).
 func (r *run) checkNames() {
-	links, linkErr := r.links, r.linkErr
-	byName := map[string]*hostLink{}
-	byAlt := map[string]*hostLink{}
-	byParent := map[string][]*hostLink{}
-	for i := range links {
-		l := &links[i]
-		byName[l.name] = l
-		for _, a := range l.altNames {
-			byAlt[a] = l
-		}
-		if l.parentDev != "" {
-			byParent[l.parentDev] = append(byParent[l.parentDev], l)
-		}
-	}
 	var elsewhere []string
 	for _, f := range r.inv.vfs {
 		names := append([]string(nil), f.netdevs...)
-		for _, l := range byParent[f.addr] {
+		for _, l := range r.byParent[f.addr] {
 			if !slices.Contains(names, l.name) {
 				names = append(names, l.name)
 			}
 		}
 		for _, name := range names {
 			r.checkName(f, name)
-			if linkErr != nil {
+			if r.linkErr != nil {
 				continue
 			}
-			l, ok := byName[name]
+			l, ok := r.byName[name]
 			if !ok {
 				elsewhere = append(elsewhere, name)
 				continue
 			}
-			r.checkAltName(f, l, byName, byAlt)
+			r.checkAltName(f, l)
 		}
 	}
-	switch {
+	switch linkErr := r.linkErr; {
 	case linkErr != nil:
 		remedy := "run as root in the host network namespace"
 		if !errors.Is(linkErr, unix.EPERM) && !errors.Is(linkErr, unix.EACCES) {
@@ -128,7 +128,7 @@ func (r *run) checkName(f *function, name string) {
 	}
 }
 
-func (r *run) checkAltName(f *function, l *hostLink, byName, byAlt map[string]*hostLink) {
+func (r *run) checkAltName(f *function, l *hostLink) {
 	want, err := config.RenderAltName(r.opts.AltName, f.addr, f.pf, f.index)
 	if err != nil {
 		r.add(SeverityWarning, finding.CheckVFAltName, f.addr, "fix the alt-name template", "no altname to expect for VF %s: %v", f.addr, err)
@@ -137,9 +137,9 @@ func (r *run) checkAltName(f *function, l *hostLink, byName, byAlt map[string]*h
 	if l.name == want || slices.Contains(l.altNames, want) {
 		return // already reachable by its stable name
 	}
-	holder := byAlt[want]
+	holder := r.byAlt[want]
 	if holder == nil {
-		holder = byName[want]
+		holder = r.byName[want]
 	}
 	if holder != nil {
 		r.add(SeverityError, finding.CheckVFAltName, f.addr,

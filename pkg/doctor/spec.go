@@ -16,16 +16,12 @@ func (r *run) checkSpec() {
 	// Altnames only where the doctor could read them itself; otherwise it
 	// has said why once, as info, and the spec check leaves them alone.
 	if r.linkErr == nil && !r.netdevsElsewhere {
-		byName := map[string][]string{}
-		for _, l := range r.links {
-			byName[l.name] = l.altNames
-		}
 		chk.AltNames = func(name string) ([]string, error) {
-			alts, ok := byName[name]
+			l, ok := r.byName[name]
 			if !ok {
 				return nil, fmt.Errorf("netdev %s is not in this network namespace", name)
 			}
-			return alts, nil
+			return l.altNames, nil
 		}
 	}
 	found, err := chk.Check(r.opts.Spec)
