@@ -33,3 +33,15 @@ func TestStepsRunRegisteredChecks(t *testing.T) {
 		}
 	}
 }
+
+// Ports runs every port check and nothing else: PortChecks are the checks
+// the port rows of the table report, each once.
+func TestPortStepsReportPortChecks(t *testing.T) {
+	var got []string
+	for _, s := range portSteps {
+		got = append(got, s.reports...)
+	}
+	if want := PortChecks; !slices.Equal(slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want))) {
+		t.Errorf("the port rows of the doctor's table report %v, want PortChecks %v", got, want)
+	}
+}

@@ -15,6 +15,12 @@ import (
 // pod.
 var PortChecks = []string{finding.CheckPortState, finding.CheckLinkLayer, finding.CheckCarrier}
 
+// portSteps are the rows of the doctor's table that report port checks
+// alone, in the table's order.
+var portSteps = slices.DeleteFunc(slices.Clone(steps), func(s step) bool {
+	return slices.ContainsFunc(s.reports, func(c string) bool { return !slices.Contains(PortChecks, c) })
+})
+
 // PortReport is one run of the port checks alone.
 type PortReport struct {
 	// Started is when the run began reading sysfs: a full report begun
@@ -46,10 +52,7 @@ func Ports(opts Options) (*PortReport, error) {
 		return nil, fmt.Errorf("port checks: %w", err)
 	}
 	r.inv = inv
-	r.listLinks()
-	r.checkPorts()
-	r.checkCarrier()
-	sortFindings(r.findings)
+	r.runSteps(portSteps)
 	p := &PortReport{Started: started, Findings: r.findings}
 	for _, f := range slices.Concat(inv.pfs, inv.vfs, inv.otherPFs, inv.otherVFs) {
 		p.Functions = append(p.Functions, f.addr)
