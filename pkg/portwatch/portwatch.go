@@ -143,14 +143,8 @@ func (w *Watcher) hearLinks(ctx context.Context, tick <-chan time.Time, links *<
 				continue
 			}
 			changed := w.linkChanged(u)
-			for more := true; more; { // a burst is one check
-				select {
-				case u, ok = <-*links:
-					more = ok
-					changed = ok && w.linkChanged(u) || changed
-				default:
-					more = false
-				}
+			for len(*links) > 0 { // a burst is one check; a close is heard next round
+				changed = w.linkChanged(<-*links) || changed
 			}
 			if changed {
 				w.Check()
