@@ -4,49 +4,18 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/google/go-cmp/cmp"
-	"github.com/vishvananda/netlink"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
 
-// linkState is a stand-in netdev's state: its own admin state and its
-// peer's, which gives it carrier when both are up.
-type linkState struct{ up, peerUp bool }
-
-// withLinkStates runs fn in a private netns holding a veth per entry,
+// withLinkStates runs fn in a private netns holding a stand-in per entry,
 // named as the fixture's host netdev, in the state given.
-func withLinkStates(t *testing.T, links map[string]linkState, fn func()) {
+func withLinkStates(t *testing.T, links map[string]standIn, fn func()) {
 	t.Helper()
 	requireRoot(t)
-	netns, err := ns.TempNetNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer netns.Close()
-	err = netns.Do(func(ns.NetNS) error {
-		i := 0
-		for name, st := range links {
-			peer := fmt.Sprintf("peer%d", i)
-			i++
-			if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: peer}); err != nil {
-				return fmt.Errorf("add veth %s: %w", name, err)
-			}
-			for l, up := range map[string]bool{name: st.up, peer: st.peerUp} {
-				if !up {
-					continue
-				}
-				if err := netlink.LinkSetUp(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: l}}); err != nil {
-					return fmt.Errorf("set %s up: %w", l, err)
-				}
-			}
-		}
-		fn()
-		return nil
-	})
-	if err != nil {
+	if err := withStandIns(links, fn); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -61,7 +30,7 @@ func TestCarrier(t *testing.T) {
 	n := sysfstest.NewDGXH200(t)
 	pf0, pf1, pf2 := n.PFs[0], n.PFs[1], n.PFs[2]
 	n.SetPort(pf2.PCI, pf2.RDMA, 1, sysfstest.Port{State: "1: DOWN", PhysState: "2: Polling", GID0: sysfstest.GID0(pf2.NodeGUID)})
-	links := map[string]linkState{
+	links := map[string]standIn{
 		pf0.NetDev:        {up: true},               // the PF's cable: one finding, its VFs covered
 		pf0.VFs[0].NetDev: {up: true},               // under that PF: not a second finding
 		pf1.NetDev:        {up: true, peerUp: true}, // fine
@@ -113,8 +82,8 @@ func TestCarrier(t *testing.T) {
 	// The carrier comes back: the port report, run later, clears the full
 	// run's findings.
 	delete(links, pf0.VFs[0].NetDev)
-	links[pf0.NetDev] = linkState{up: true, peerUp: true}
-	links[pf1.VFs[1].NetDev] = linkState{up: true, peerUp: true}
+	links[pf0.NetDev] = standIn{up: true, peerUp: true}
+	links[pf1.VFs[1].NetDev] = standIn{up: true, peerUp: true}
 	withLinkStates(t, links, func() {
 		var err error
 		if ports, err = Ports(Options{SysfsRoot: n.Root}); err != nil {
