@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/cluster/kubecluster"
+	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
 
@@ -300,25 +302,69 @@ func hasEvent(evs []corev1.Event, parts ...string) bool {
 	return false
 }
 
-// freeVFFlips is how many times the free VF's port goes down and comes
-// back in freeVFHealthLatency; freeVFBound is what each change may take to
+// freeVFFlips is how many times each fault of the free VF comes and goes
+// in freeVFHealthLatency; freeVFBound is what each change may take to
 // reach both the VF's DeviceTaintRule and the node condition.
 const (
 	freeVFFlips = 10
 	freeVFBound = 2 * time.Second
 )
 
-// freeVFHealthLatency takes the free VF's port down and up again n times,
-// and measures each change's time to its DeviceTaintRule (created, then
-// deleted) and to the node condition's message (naming the VF under
-// port-state, then not), polling both every 20 ms. The agent runs as
+// freeVFFault is a fault of a free VF the agent hears by itself: set
+// brings it or takes it away; check and taint are its finding's check
+// and the key=value of its device taint.
+type freeVFFault struct {
+	name, check, taint string
+	set                func(broken bool)
+}
+
+// freeVFHealthLatency brings each of a free VF's faults (its RDMA port
+// down; its netdev, up, without carrier) and takes it away n times, and
+// measures each change's time to its DeviceTaintRule (created, then
+// deleted) and to the node condition's message (naming the VF under the
+// fault's check, then not), polling both every 20 ms. The agent runs as
 // shipped (the doctor every 5 minutes): only its port watcher can be this
 // quick. It fails when any change takes longer than freeVFBound.
 func (c *cluster) freeVFHealthLatency(ctx context.Context, t *testing.T, vf, zero sysfstest.DGXVF, n int) {
 	t.Helper()
+	standIn := c.Node.StandIns[vf.PCI]
+	faults := []freeVFFault{
+		{name: "port", check: "port-state", taint: "sriov-stable-cni.io/port-state=not-active",
+			set: func(broken bool) { c.Node.SetPortDown(vf, broken) }},
+		{name: "carrier", check: "carrier", taint: "sriov-stable-cni.io/carrier=down",
+			set: func(broken bool) { standIn.SetCarrier(t, !broken) }},
+	}
+	// A free VF's netdev left down has no carrier to judge: the carrier
+	// fault is the netdev up, its wire down.
+	setHostUp := func(up bool) {
+		l := testutil.HostLink(vf.NetDev)
+		if l == nil {
+			t.Fatalf("the free VF's stand-in %s is not in the node's netns", vf.NetDev)
+		}
+		set := netlink.LinkSetDown
+		if up {
+			set = netlink.LinkSetUp
+		}
+		if err := set(l); err != nil {
+			t.Fatalf("set %s up=%v: %v", vf.NetDev, up, err)
+		}
+	}
+	setHostUp(true)
+	defer setHostUp(false)
 	base := map[string]string{deviceName(zero.PCI): "sriov-stable-cni.io/guid=invalid"}
-	down := map[string]string{deviceName(zero.PCI): "sriov-stable-cni.io/guid=invalid",
-		deviceName(vf.PCI): "sriov-stable-cni.io/port-state=not-active"}
+	for _, fault := range faults {
+		defer fault.set(false)
+		down := map[string]string{deviceName(zero.PCI): "sriov-stable-cni.io/guid=invalid", deviceName(vf.PCI): fault.taint}
+		toRule, toCondition := c.freeVFChanges(ctx, t, vf, fault, n, base, down)
+		c.freeVFFigures(t, fault, toRule, toCondition)
+	}
+}
+
+// freeVFChanges brings the fault and takes it away n times and returns
+// each change's time to the rules and to the node condition.
+func (c *cluster) freeVFChanges(ctx context.Context, t *testing.T, vf sysfstest.DGXVF, fault freeVFFault, n int,
+	base, down map[string]string) (toRule, toCondition []time.Duration) {
+	t.Helper()
 	sel := labels.Set{"app.kubernetes.io/managed-by": "sriov-stable-agent", "sriov-stable-cni.io/node": kubecluster.NodeName}.String()
 	rulesAre := func(want map[string]string) (bool, error) {
 		list, err := c.Client.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{LabelSelector: sel})
@@ -338,9 +384,8 @@ func (c *cluster) freeVFHealthLatency(ctx context.Context, t *testing.T, vf, zer
 		if err != nil || cond == nil {
 			return false, err
 		}
-		return strings.Contains(cond.Message, "port-state "+vf.PCI) == want, nil
+		return strings.Contains(cond.Message, fault.check+" "+vf.PCI) == want, nil
 	}
-	var toRule, toCondition []time.Duration
 	measure := func(what string, rules map[string]string, named bool) {
 		t.Helper()
 		start := time.Now()
@@ -368,23 +413,30 @@ func (c *cluster) freeVFHealthLatency(ctx context.Context, t *testing.T, vf, zer
 		toRule, toCondition = append(toRule, ruleAt), append(toCondition, condAt)
 	}
 	for range n {
-		c.Node.SetPortDown(vf, true)
-		measure("the free VF's port down in its DeviceTaintRule and the node condition", down, true)
-		c.Node.SetPortDown(vf, false)
-		measure("the free VF's port up in its DeviceTaintRule and the node condition", base, false)
+		fault.set(true)
+		measure("the free VF's "+fault.name+" down in its DeviceTaintRule and the node condition", down, true)
+		fault.set(false)
+		measure("the free VF's "+fault.name+" up in its DeviceTaintRule and the node condition", base, false)
 	}
+	return toRule, toCondition
+}
+
+// freeVFFigures prints a fault's figures and fails when any change took
+// longer than freeVFBound.
+func (c *cluster) freeVFFigures(t *testing.T, fault freeVFFault, toRule, toCondition []time.Duration) {
+	t.Helper()
 	slowest := func(ds []time.Duration) time.Duration { return slices.Max(ds) }
 	median := func(ds []time.Duration) time.Duration {
 		s := slices.Clone(ds)
 		slices.Sort(s)
 		return s[len(s)/2]
 	}
-	figf("10 DRA", fmt.Sprintf("free VF port change to DeviceTaintRule (%d changes)", len(toRule)), "median %.2f s, slowest %.2f s (bound %v)",
+	figf("10 DRA", fmt.Sprintf("free VF %s change to DeviceTaintRule (%d changes)", fault.name, len(toRule)), "median %.2f s, slowest %.2f s (bound %v)",
 		median(toRule).Seconds(), slowest(toRule).Seconds(), freeVFBound)
-	figf("10 DRA", fmt.Sprintf("free VF port change to node condition (%d changes)", len(toCondition)), "median %.2f s, slowest %.2f s (bound %v)",
+	figf("10 DRA", fmt.Sprintf("free VF %s change to node condition (%d changes)", fault.name, len(toCondition)), "median %.2f s, slowest %.2f s (bound %v)",
 		median(toCondition).Seconds(), slowest(toCondition).Seconds(), freeVFBound)
 	if slowest(toRule) > freeVFBound || slowest(toCondition) > freeVFBound {
-		t.Errorf("a free VF's port change took up to %v to its DeviceTaintRule and %v to the node condition, want each within %v",
-			slowest(toRule), slowest(toCondition), freeVFBound)
+		t.Errorf("a free VF's %s change took up to %v to its DeviceTaintRule and %v to the node condition, want each within %v",
+			fault.name, slowest(toRule), slowest(toCondition), freeVFBound)
 	}
 }

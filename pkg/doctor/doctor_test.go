@@ -107,9 +107,7 @@ func inHostNetns(t *testing.T, links map[string][]string, fn func() (*Report, er
 
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates links with altnames in a private network namespace (CI runs as root and must not skip this)")
-	}
+	testutil.RequireRoot(t, "creates links with altnames in a private network namespace")
 }
 
 // withHostLinks is inHostNetns without the test: it returns what fails in
