@@ -33,36 +33,9 @@ const (
 	installedPlugin    = kubecluster.CNIBinDir + "/sriov-stable-cni"
 )
 
-// fixtureSysfsPatch is the e2e's one addition to deploy/daemonset: the
-// monitor reads sysfs, and on this node the VFs exist only in the fixture
-// bind-mounted over the node's /sys, which a container's own sysfs mount
-// does not show. So the node's /sys (with the fixture under it) is mounted
-// over the container's. The hardware edge, as the stand-ins are; the
-// DaemonSet is otherwise applied as shipped.
-const fixtureSysfsPatch = `apiVersion: apps/v1
-kind: DaemonSet
-metadata:
-  name: sriov-stable-cni
-  namespace: sriov-stable-cni
-spec:
-  template:
-    spec:
-      containers:
-        - name: monitor
-          volumeMounts:
-            - name: fixture-node-sys
-              mountPath: /sys
-              readOnly: true
-      volumes:
-        - name: fixture-node-sys
-          hostPath:
-            path: /sys
-            type: Directory
-`
-
 // renderDaemonSet renders deploy/daemonset (with its monitor component) as
 // `kubectl apply -k` would, through an overlay that sets the image tag to
-// version and adds fixtureSysfsPatch, and the components of deploy/ named
+// version, and the components of deploy/ named
 // (issue 17's reporting: "../kube-reporting").
 func renderDaemonSet(version string, components ...string) ([]*unstructured.Unstructured, error) {
 	dir := filepath.Join(*workDir, "deploy")
@@ -84,16 +57,11 @@ images:
   - name: ghcr.io/sriov-stable-cni/sriov-stable-cni
     newName: %s
     newTag: %s
-patches:
-  - path: fixture-sysfs.yaml
 `, *imageName, version)
 	if len(components) > 0 {
 		kustomization += "components:\n  - " + strings.Join(components, "\n  - ") + "\n"
 	}
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(overlay, "fixture-sysfs.yaml"), []byte(fixtureSysfsPatch), 0o644); err != nil {
 		return nil, err
 	}
 	resMap, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), overlay)

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/integration/cluster/kubecluster"
-	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
 
@@ -83,7 +81,7 @@ func TestSADRATaints(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c.freeVFHealthLatency(ctx, t, healthy, broken, freeVFFlips)
+	c.freeVFHealthLatency(ctx, t, ds, healthy, broken, freeVFFlips)
 
 	// Both broken: the second VF's port goes down.
 	c.Node.SetPortDown(healthy, true)
@@ -319,50 +317,38 @@ type freeVFFault struct {
 }
 
 // freeVFHealthLatency brings each of a free VF's faults (its RDMA port
-// down; its netdev, up, without carrier) and takes it away n times, and
+// down; its netdev up without carrier) and takes it away n times, and
 // measures each change's time to its DeviceTaintRule (created, then
 // deleted) and to the node condition's message (naming the VF under the
 // fault's check, then not), polling both every 20 ms. The agent runs as
 // shipped (the doctor every 5 minutes): only its port watcher can be this
 // quick. It fails when any change takes longer than freeVFBound.
-func (c *cluster) freeVFHealthLatency(ctx context.Context, t *testing.T, vf, zero sysfstest.DGXVF, n int) {
+func (c *cluster) freeVFHealthLatency(ctx context.Context, t *testing.T, ds *corev1.Pod, vf, zero sysfstest.DGXVF, n int) {
 	t.Helper()
-	standIn := c.Node.StandIns[vf.PCI]
+	// Its netdev up in the fixture's sysfs (what the agent reads: its
+	// pod's netns hears none of the host's link events), with and without
+	// carrier; left down, as a free VF's is, its carrier is not judged.
+	linkState := func(up, carrier bool) { c.Node.DGX.SetLinkState(vf.PCI, vf.NetDev, up, carrier) }
 	faults := []freeVFFault{
 		{name: "port", check: "port-state", taint: "sriov-stable-cni.io/port-state=not-active",
 			set: func(broken bool) { c.Node.SetPortDown(vf, broken) }},
 		{name: "carrier", check: "carrier", taint: "sriov-stable-cni.io/carrier=down",
-			set: func(broken bool) { standIn.SetCarrier(t, !broken) }},
+			set: func(broken bool) { linkState(true, !broken) }},
 	}
-	// A free VF's netdev left down has no carrier to judge: the carrier
-	// fault is the netdev up, its wire down.
-	setHostUp := func(up bool) {
-		l := testutil.HostLink(vf.NetDev)
-		if l == nil {
-			t.Fatalf("the free VF's stand-in %s is not in the node's netns", vf.NetDev)
-		}
-		set := netlink.LinkSetDown
-		if up {
-			set = netlink.LinkSetUp
-		}
-		if err := set(l); err != nil {
-			t.Fatalf("set %s up=%v: %v", vf.NetDev, up, err)
-		}
-	}
-	setHostUp(true)
-	defer setHostUp(false)
+	linkState(true, true)
+	defer linkState(false, false)
 	base := map[string]string{deviceName(zero.PCI): "sriov-stable-cni.io/guid=invalid"}
 	for _, fault := range faults {
 		defer fault.set(false)
 		down := map[string]string{deviceName(zero.PCI): "sriov-stable-cni.io/guid=invalid", deviceName(vf.PCI): fault.taint}
-		toRule, toCondition := c.freeVFChanges(ctx, t, vf, fault, n, base, down)
+		toRule, toCondition := c.freeVFChanges(ctx, t, ds, vf, fault, n, base, down)
 		c.freeVFFigures(t, fault, toRule, toCondition)
 	}
 }
 
 // freeVFChanges brings the fault and takes it away n times and returns
 // each change's time to the rules and to the node condition.
-func (c *cluster) freeVFChanges(ctx context.Context, t *testing.T, vf sysfstest.DGXVF, fault freeVFFault, n int,
+func (c *cluster) freeVFChanges(ctx context.Context, t *testing.T, ds *corev1.Pod, vf sysfstest.DGXVF, fault freeVFFault, n int,
 	base, down map[string]string) (toRule, toCondition []time.Duration) {
 	t.Helper()
 	sel := labels.Set{"app.kubernetes.io/managed-by": "sriov-stable-agent", "sriov-stable-cni.io/node": kubecluster.NodeName}.String()
@@ -408,7 +394,10 @@ func (c *cluster) freeVFChanges(ctx context.Context, t *testing.T, vf sysfstest.
 			return ruleAt > 0 && condAt > 0, nil
 		})
 		if err != nil {
-			t.Fatal(err)
+			m, scrapeErr := scrape(ds)
+			cond, _, _ := c.NodeCondition(ctx, conditionType)
+			t.Fatalf("%v (rule after %v, condition after %v; condition %+v); the agent's findings (scrape error %v):\n%s",
+				err, ruleAt, condAt, cond, scrapeErr, m.Dump("sriov_stable_doctor_finding"))
 		}
 		toRule, toCondition = append(toRule, ruleAt), append(toCondition, condAt)
 	}

@@ -98,7 +98,7 @@ type run struct {
 	opts     Options
 	sys      sysfs.Reader
 	inv      *inventory
-	links    []hostLink // this netns's links, for names, altnames and carrier
+	links    []hostLink // this netns's links, for names and altnames
 	rawLinks []netlink.Link
 	linkErr  error
 	byName   map[string]*hostLink   // links by name

@@ -112,56 +112,28 @@ func requireRoot(t *testing.T) {
 
 // withHostLinks is inHostNetns without the test: it returns what fails in
 // setting up the netns as err, so a test can run it under a time bound.
-// Its links are down.
 func withHostLinks(links map[string][]string, fn func() (*Report, error)) (rep *Report, runErr, err error) {
-	standIns := make(map[string]standIn, len(links))
-	for name, alts := range links {
-		standIns[name] = standIn{altNames: alts}
-	}
-	err = withStandIns(standIns, func() { rep, runErr = fn() })
-	return rep, runErr, err
-}
-
-// standIn is a host netdev stood in for by a veth: its altnames, its own
-// admin state and its peer's, which gives it carrier when both are up.
-type standIn struct {
-	altNames   []string
-	up, peerUp bool
-}
-
-// withStandIns runs fn in a private network namespace holding a veth per
-// entry of links, named by its key and in the entry's state.
-func withStandIns(links map[string]standIn, fn func()) error {
 	netns, err := ns.TempNetNS()
 	if err != nil {
-		return fmt.Errorf("create network namespace: %w", err)
+		return nil, nil, fmt.Errorf("create network namespace: %w", err)
 	}
 	defer netns.Close()
-	names := slices.Sorted(maps.Keys(links))
-	return netns.Do(func(ns.NetNS) error {
-		for i, name := range names {
-			st, peer := links[name], fmt.Sprintf("peer%d", i)
-			veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: peer}
+	err = netns.Do(func(ns.NetNS) error {
+		for i, name := range slices.Sorted(maps.Keys(links)) {
+			veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: fmt.Sprintf("peer%d", i)}
 			if err := netlink.LinkAdd(veth); err != nil {
 				return fmt.Errorf("add veth %s: %w", name, err)
 			}
-			for _, alt := range st.altNames {
+			for _, alt := range links[name] {
 				if err := netlink.LinkAddAltName(veth, alt); err != nil {
 					return fmt.Errorf("add altname %s to %s: %w", alt, name, err)
 				}
 			}
-			for l, up := range map[string]bool{name: st.up, peer: st.peerUp} {
-				if !up {
-					continue
-				}
-				if err := netlink.LinkSetUp(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: l}}); err != nil {
-					return fmt.Errorf("set %s up: %w", l, err)
-				}
-			}
 		}
-		fn()
+		rep, runErr = fn()
 		return nil
 	})
+	return rep, runErr, err
 }
 
 func TestHealthyDGXH200HasNoFindings(t *testing.T) {

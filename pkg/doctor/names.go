@@ -20,14 +20,11 @@ type hostLink struct {
 	name      string
 	altNames  []string
 	parentDev string // PCI address when the parent bus is pci
-	up        bool   // administratively up (IFF_UP)
-	carrier   bool   // IFF_LOWER_UP: the kernel sets it only on a link that is up
-	operState string
 }
 
 // listLinks lists the links of the calling thread's network namespace
 // with their altnames and parent devices, which sysfs does not show, and
-// indexes them by name, altname and parent device for the checks.
+// indexes them by name, altname and parent device for the name checks.
 // Equivalent to: ip -d link show
 func (r *run) listLinks() {
 	h, err := netlinksafe.NewHandle(unix.NETLINK_ROUTE)
@@ -45,8 +42,7 @@ func (r *run) listLinks() {
 	r.links = make([]hostLink, 0, len(links))
 	for _, l := range links {
 		a := l.Attrs()
-		hl := hostLink{name: a.Name, altNames: a.AltNames, up: a.RawFlags&unix.IFF_UP != 0,
-			carrier: a.RawFlags&unix.IFF_LOWER_UP != 0, operState: a.OperState.String()}
+		hl := hostLink{name: a.Name, altNames: a.AltNames}
 		if a.ParentDevBus == "pci" {
 			hl.parentDev = a.ParentDev
 		}

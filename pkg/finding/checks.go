@@ -111,7 +111,7 @@ var checks = []Check{
 		DeviceTaint: &Taint{Key: TaintLinkLayer, Value: "mismatch", CoversVFs: true}},
 	{Name: CheckPortState, Needs: NeedSysfs, Doc: "a port is ACTIVE / LinkUp",
 		DeviceTaint: &Taint{Key: TaintPortState, Value: "not-active", CoversVFs: true}},
-	{Name: CheckCarrier, Needs: NeedSysfs | NeedLinks, Doc: "a host netdev that is up has carrier (a free VF's, or its PF's)",
+	{Name: CheckCarrier, Needs: NeedSysfs, Doc: "a host netdev that is up has carrier (a free VF's, or its PF's)",
 		DeviceTaint: &Taint{Key: TaintCarrier, Value: "down", CoversVFs: true}},
 	{Name: CheckGUIDInvalid, Needs: NeedSysfs, Doc: "a node or port GUID zero or all-F",
 		DeviceTaint: &Taint{Key: TaintGUID, Value: "invalid"}},

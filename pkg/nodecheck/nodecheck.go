@@ -94,7 +94,7 @@ func New(cfg Config) (*Checker, error) {
 func (c *Checker) Run(ctx context.Context) {
 	if c.cfg.PortInterval > 0 {
 		w := portwatch.New(portwatch.Config{Doctor: c.cfg.Doctor, Interval: c.cfg.PortInterval,
-			Changed: c.portsChanged, LinkEvents: true, Logger: c.log})
+			Changed: c.portsChanged, Logger: c.log})
 		// Not waited for: a port read that never returns (a wedged HCA)
 		// stalls the port watch alone.
 		go w.Run(ctx)

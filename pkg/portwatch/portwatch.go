@@ -2,13 +2,14 @@
 // RDMA ports the host sees (every PF's, and every VF's whose device is in
 // the host's netns: the free ones, and in shared mode the attached ones
 // too) for a change of state, link layer or node GUID, which the kernel
-// announces to no one, and the host's links for a change of admin state or
-// carrier, which it does announce (RTM_NEWLINK). It re-reads the port
-// attributes every interval through files it keeps open, hears the links'
-// netlink events as they come, and on a change runs the doctor's port
-// checks (doctor.Ports) and hands on their findings, so a free VF whose
-// port goes down or whose carrier drops is known to the node condition and
-// its device taint in about a second rather than at the next doctor run.
+// announces to no one, and the host netdevs of their PCI functions for a
+// change of admin state or carrier, which it announces only to netlink
+// sockets in the host's netns (the agent runs in its pod's). It re-reads
+// those attributes every interval through files it keeps open and on a
+// change runs the doctor's port checks (doctor.Ports) and hands on their
+// findings, so a free VF whose port goes down or whose carrier drops is
+// known to the node condition and its device taint in about a second
+// rather than at the next doctor run.
 package portwatch
 
 import (
@@ -16,11 +17,9 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"time"
-
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
@@ -29,6 +28,10 @@ import (
 
 // DefaultInterval is how often the port attributes are read.
 const DefaultInterval = time.Second
+
+// maxChecksPerPoll bounds the checks one interval runs while the
+// attributes keep changing under them.
+const maxChecksPerPoll = 3
 
 // Config says what to watch and whom to tell.
 type Config struct {
@@ -42,18 +45,16 @@ type Config struct {
 	// one handed on (the first is always handed on). It is called from the
 	// watcher's goroutine and must not block.
 	Changed func(*doctor.PortReport)
-	// LinkEvents: hear the netlink link events of the network namespace
-	// Run runs in (the doctor's port checks judge the carrier of its
-	// links) and run the checks at once on a change of a link's admin
-	// state or carrier, a link added or a link gone.
-	LinkEvents bool
-	Logger     *slog.Logger
+	Logger  *slog.Logger
 }
 
-// device is one class/infiniband entry's open attribute files.
+// device is one class/infiniband entry's open attribute files, and those
+// of its PCI function's netdevs (as listed when they were opened).
 type device struct {
-	entry sysfs.RDMAEntry
-	files []*os.File
+	entry    sysfs.RDMAEntry
+	files    []*os.File
+	netdevs  []string
+	netFiles []*os.File
 }
 
 // Watcher is one watch of a node's RDMA ports. Its state is its
@@ -68,9 +69,6 @@ type Watcher struct {
 	sent *doctor.PortReport
 	// failed is the error of the last port check that failed, logged once.
 	failed string
-	// flags are the IFF_UP and IFF_LOWER_UP bits of every link an event
-	// was heard about, by index.
-	flags map[int32]uint32
 }
 
 // New returns a watcher; nothing runs until Run.
@@ -85,93 +83,39 @@ func New(cfg Config) *Watcher {
 	if root == "" {
 		root = "/sys"
 	}
-	return &Watcher{cfg: cfg, sys: sysfs.Reader{Root: root}, log: cfg.Logger, devs: map[string]*device{}, buf: make([]byte, 64),
-		flags: map[int32]uint32{}}
+	return &Watcher{cfg: cfg, sys: sysfs.Reader{Root: root}, log: cfg.Logger, devs: map[string]*device{}, buf: make([]byte, 64)}
 }
 
-// Run reads the ports every interval, and with LinkEvents hears the link
-// events between reads, until ctx ends; then it closes its files and its
-// netlink socket. The first read always runs the checks.
+// Run reads the ports and netdevs every interval until ctx ends; then it
+// closes its files. The first read always runs the checks.
 func (w *Watcher) Run(ctx context.Context) {
 	defer w.close()
 	t := time.NewTicker(w.cfg.Interval)
 	defer t.Stop()
-	var links <-chan netlink.LinkUpdate
 	for {
-		if w.cfg.LinkEvents && links == nil {
-			links = w.subscribe(ctx) // nil when it fails: tried again next interval
-		}
-		if w.Poll() {
+		// A change between a poll and its check is in the check's
+		// findings but not in the values polled: poll again until a poll
+		// matches the one before it (a few times at most per interval,
+		// should a port flap), or that change's undoing goes unseen.
+		for range maxChecksPerPoll {
+			if !w.Poll() {
+				break
+			}
 			w.Check()
 		}
-		if !w.hearLinks(ctx, t.C, &links) {
-			return
-		}
-	}
-}
-
-// subscribe opens a netlink socket on RTMGRP_LINK in the calling thread's
-// network namespace; it closes when ctx ends.
-func (w *Watcher) subscribe(ctx context.Context) <-chan netlink.LinkUpdate {
-	ch := make(chan netlink.LinkUpdate, 64)
-	err := netlink.LinkSubscribeWithOptions(ch, ctx.Done(), netlink.LinkSubscribeOptions{
-		ErrorCallback: func(err error) { w.log.Debug("link events", "err", err) },
-	})
-	if err != nil {
-		w.log.Warn("cannot hear link events; carrier changes are known at the next doctor run", "err", err)
-		return nil
-	}
-	return ch
-}
-
-// hearLinks runs the checks on each burst of link events that changes a
-// link's admin state or carrier, until the next tick; false when ctx ended.
-// A subscription that ended (the socket overran and events were lost) is
-// dropped, and the checks run: the next interval opens another.
-func (w *Watcher) hearLinks(ctx context.Context, tick <-chan time.Time, links *<-chan netlink.LinkUpdate) bool {
-	for {
 		select {
 		case <-ctx.Done():
-			return false
-		case <-tick:
-			return true
-		case u, ok := <-*links:
-			if !ok {
-				*links = nil
-				clear(w.flags)
-				w.Check()
-				continue
-			}
-			changed := w.linkChanged(u)
-			for len(*links) > 0 { // a burst is one check; a close is heard next round
-				changed = w.linkChanged(<-*links) || changed
-			}
-			if changed {
-				w.Check()
-			}
+			return
+		case <-t.C:
 		}
 	}
 }
 
-// linkChanged records a link event and reports whether it removed a link
-// (moved to a pod's netns, say), was the first heard about one, or changed
-// one's admin state or carrier. Other changes (an address, an MTU, stats)
-// are not the checks' business.
-func (w *Watcher) linkChanged(u netlink.LinkUpdate) bool {
-	if u.Header.Type == unix.RTM_DELLINK {
-		delete(w.flags, u.Index)
-		return true
-	}
-	f := u.Flags & (unix.IFF_UP | unix.IFF_LOWER_UP)
-	old, known := w.flags[u.Index]
-	w.flags[u.Index] = f
-	return !known || old != f
-}
-
-// Poll lists class/infiniband, opens the files of devices that are new (or
-// came back: a new inode), closes those of devices gone, and reads every
-// file; it reports whether anything differs from the last poll (the first
-// poll always does).
+// Poll lists class/infiniband and each device's netdevs, opens the files of
+// devices that are new (or came back: a new inode) and of netdevs that
+// changed, closes those of devices gone, and reads every file; it reports
+// whether anything differs from the last poll (the first poll always
+// does).
 func (w *Watcher) Poll() bool {
 	entries, err := w.sys.ListRDMA()
 	if err != nil {
@@ -185,16 +129,24 @@ func (w *Watcher) Poll() bool {
 		if d == nil || d.entry != e {
 			if d != nil {
 				closeAll(d.files)
+				closeAll(d.netFiles)
 			}
 			d = &device{entry: e, files: sysfs.OpenPolled(w.sys.RDMAPath(e.Name))}
 			w.devs[e.Name] = d
 		}
+		fn := filepath.Join(w.sys.RDMAPath(e.Name), "device")
+		if names := sysfs.PolledNetdevs(fn); !slices.Equal(names, d.netdevs) {
+			closeAll(d.netFiles)
+			d.netdevs, d.netFiles = names, sysfs.OpenPolledNetdevs(fn, names)
+		}
 		vals, _ := sysfs.ReadPolled(d.files, w.buf)
 		now = append(append(append(now, e.Name...), 0), vals...)
+		now = sysfs.ReadPolledEach(append(now, 0), d.netFiles, w.buf)
 	}
 	for name, d := range w.devs {
 		if !seen[name] {
 			closeAll(d.files)
+			closeAll(d.netFiles)
 			delete(w.devs, name)
 		}
 	}
@@ -241,6 +193,7 @@ func countErrors(fs []finding.Finding) int {
 func (w *Watcher) close() {
 	for name, d := range w.devs {
 		closeAll(d.files)
+		closeAll(d.netFiles)
 		delete(w.devs, name)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+
+	"golang.org/x/sys/unix"
 )
 
 // Function is what sysfs says about one PCI function, as Functions reads
@@ -165,4 +167,38 @@ func ReadOptInt(path string) (int, error) {
 		return -1, err
 	}
 	return v, nil
+}
+
+// NetdevState is what sysfs says of a host netdev's link.
+type NetdevState struct {
+	Up        bool   // administratively up: IFF_UP in flags
+	Carrier   bool   // the kernel's carrier; it knows none for a netdev that is down
+	OperState string // operstate, "" when unreadable
+}
+
+// NetdevState reads the link state of host netdev name of PCI function
+// addr. It describes the netns sysfs was mounted in, whichever netns the
+// caller runs in, as the net/ listing does. The kernel refuses to read
+// carrier of a netdev that is down; it is read only when flags say up.
+// Equivalent to: cat $root/bus/pci/devices/$addr/net/$name/{flags,carrier,operstate}
+func (r Reader) NetdevState(addr, name string) (NetdevState, error) {
+	var st NetdevState
+	s, err := ReadAttr(r.pciPath(addr, "net", name, "flags"))
+	if err != nil {
+		return st, err
+	}
+	flags, err := strconv.ParseUint(s, 0, 32)
+	if err != nil {
+		return st, fmt.Errorf("flags of %s: %w", name, err)
+	}
+	st.OperState, _ = ReadAttr(r.pciPath(addr, "net", name, "operstate"))
+	if st.Up = flags&unix.IFF_UP != 0; !st.Up {
+		return st, nil
+	}
+	c, err := ReadAttr(r.pciPath(addr, "net", name, "carrier"))
+	if err != nil {
+		return st, err
+	}
+	st.Carrier = c == "1"
+	return st, nil
 }

@@ -129,6 +129,26 @@ func (t *Tree) SetNetDev(addr, name string) {
 	t.mkdir(rel)
 	t.WriteFile(filepath.Join(t.Root, rel, "ifindex"), "0")
 	t.symlink(filepath.Join("..", "..", rel), filepath.Join(t.Root, "class", "net", name))
+	t.SetLinkState(addr, name, false, false)
+}
+
+// SetLinkState writes the link state of the device's host netdev name:
+// flags (IFF_UP or not, with IFF_BROADCAST and IFF_MULTICAST), carrier and
+// operstate as the kernel shows them. The kernel refuses to read carrier
+// of a netdev that is down; the fixture says 0.
+func (t *Tree) SetLinkState(addr, name string, up, carrier bool) {
+	t.tb.Helper()
+	dir := filepath.Join(t.DevicePath(addr), "net", name)
+	flags, c, oper := "0x1002", "0", "down"
+	if up {
+		flags = "0x1003"
+		if carrier {
+			c, oper = "1", "up"
+		}
+	}
+	t.WriteFile(filepath.Join(dir, "flags"), flags)
+	t.WriteFile(filepath.Join(dir, "carrier"), c)
+	t.WriteFile(filepath.Join(dir, "operstate"), oper)
 }
 
 // SetRDMA writes (or rewrites) an RDMA device under the PCI function.
