@@ -473,3 +473,66 @@ func TestLabRDMA04FreeVFPortDown(t *testing.T) {
 		t.Fatalf("the slowest of %d free-VF port downs took %s to show, over %s: %v", changes, took[len(took)-1], freeVFBound, took)
 	}
 }
+
+// TestLabRDMA05FreeVFCarrier: the free-VF carrier source on a real igbvf
+// VF and the guest's real sysfs, under the agent's shipped flags (the
+// doctor every 5 minutes). A free VF (no pod, no record, an RDMA device
+// of the lab's provider) whose netdev is up on the host loses carrier
+// when its PF goes down; from the moment its sysfs carrier reads 0, its
+// carrier finding is on /metrics within freeVFBound, and it goes once the
+// PF is back and the carrier with it. The PF, down, is not judged: the
+// kernel knows no carrier for a netdev that is down.
+func TestLabRDMA05FreeVFCarrier(t *testing.T) {
+	e := newEnv(t)
+	rdmaNode(t, false)
+	p, v := theLab.PFs[0], theLab.PFs[0].VFs[3]
+	l, err := rootLinkOf(v.PCI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := l.Attrs().Name
+	if err := setLinkUp(rootNetns, name, true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = setLinkUp(rootNetns, name, false) })
+	if err := waitCarrier(rootNetns, v, true, recoverWithin); err != nil {
+		t.Fatal(err)
+	}
+	ag := startAgent(t, e, "--doctor-interval", "5m")
+	series := promtext.Series("sriov_stable_doctor_finding", "check", "carrier", "severity", "error", "subject", v.PCI)
+	ag.waitFor(t, "the first doctor run", 60*time.Second, func(m metrics) bool {
+		_, ran := m[promtext.Series("sriov_stable_doctor_findings", "severity", "error")]
+		_, lost := m[series]
+		return ran && !lost
+	})
+	carrierFile := filepath.Join("/sys/class/net", name, "carrier")
+	const changes = 3
+	var took []time.Duration
+	for range changes {
+		setPF(t, p, false)
+		var lostAt time.Time
+		for deadline := time.Now().Add(portDownWithin); lostAt.IsZero(); time.Sleep(5 * time.Millisecond) {
+			if b, err := os.ReadFile(carrierFile); err == nil && strings.TrimSpace(string(b)) == "0" {
+				lostAt = time.Now()
+			} else if time.Now().After(deadline) {
+				t.Fatalf("%s (VF %s) still has carrier %s after its PF %s went down", name, v.PCI, portDownWithin, p.Link)
+			}
+		}
+		ag.waitFor(t, "the free VF's carrier finding", 10*time.Second, func(m metrics) bool { return m.Is(series, 1) })
+		took = append(took, time.Since(lostAt))
+		setPF(t, p, true)
+		if err := waitCarrier(rootNetns, v, true, recoverWithin); err != nil {
+			t.Fatal(err)
+		}
+		ag.waitFor(t, "the free VF's carrier finding gone", 10*time.Second, func(m metrics) bool {
+			_, present := m[series]
+			return !present
+		})
+	}
+	slices.Sort(took)
+	t.Logf("figure: lab: free VF %s's igbvf carrier 0 in sysfs → its carrier finding on /metrics (%d changes): median %s, slowest %s (bound %s)",
+		v.PCI, changes, took[len(took)/2].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), freeVFBound)
+	if took[len(took)-1] > freeVFBound {
+		t.Fatalf("the slowest of %d free-VF carrier drops took %s to show, over %s: %v", changes, took[len(took)-1], freeVFBound, took)
+	}
+}
