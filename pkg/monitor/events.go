@@ -376,7 +376,7 @@ func (p *portPoll) changed() bool {
 	if p.files == nil && !p.fromCheck {
 		p.files = portFiles(p.sys, p.pci)
 	}
-	now, ok := sysfs.ReadPolled(p.files, p.buf)
+	now, ok := sysfs.ReadPolled(nil, p.files, p.buf)
 	if !ok {
 		p.closeFiles() // gone or probed again: open anew next time
 		if p.fromCheck {
@@ -514,7 +514,7 @@ func (m *Monitor) pollFrom(rec *state.Record, l *rdma.Lookup) {
 	var last []byte
 	if set != "" {
 		files = portFiles(sysfs.Reader{Root: l.Root()}, l.VF.PCI)
-		last, _ = sysfs.ReadPolled(files, make([]byte, 64))
+		last, _ = sysfs.ReadPolled(nil, files, make([]byte, 64))
 	}
 	p.adopt(set, files, last)
 	m.queueCheck(rec.Key(), status.TriggerSysfs)

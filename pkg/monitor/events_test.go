@@ -462,7 +462,7 @@ func TestPortPollAdopt(t *testing.T) {
 		}
 		files = append(files, f)
 	}
-	last, ok := sysfs.ReadPolled(files, make([]byte, 64))
+	last, ok := sysfs.ReadPolled(nil, files, make([]byte, 64))
 	if !ok {
 		t.Fatal("cannot read the files")
 	}

@@ -17,7 +17,6 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -52,6 +51,7 @@ type Config struct {
 // of its PCI function's netdevs (as listed when they were opened).
 type device struct {
 	entry    sysfs.RDMAEntry
+	pci      string // the PCI function the device belongs to
 	files    []*os.File
 	netdevs  []string
 	netFiles []*os.File
@@ -131,17 +131,15 @@ func (w *Watcher) Poll() bool {
 				closeAll(d.files)
 				closeAll(d.netFiles)
 			}
-			d = &device{entry: e, files: sysfs.OpenPolled(w.sys.RDMAPath(e.Name))}
+			d = &device{entry: e, pci: w.sys.DevicePCI(e.Name), files: sysfs.OpenPolled(w.sys.RDMAPath(e.Name))}
 			w.devs[e.Name] = d
 		}
-		fn := filepath.Join(w.sys.RDMAPath(e.Name), "device")
-		if names := sysfs.PolledNetdevs(fn); !slices.Equal(names, d.netdevs) {
+		if names := w.sys.Netdevs(d.pci); !slices.Equal(names, d.netdevs) {
 			closeAll(d.netFiles)
-			d.netdevs, d.netFiles = names, sysfs.OpenPolledNetdevs(fn, names)
+			d.netdevs, d.netFiles = names, w.sys.OpenNetdevs(d.pci, names)
 		}
-		vals, _ := sysfs.ReadPolled(d.files, w.buf)
-		now = append(append(append(now, e.Name...), 0), vals...)
-		now = sysfs.ReadPolledEach(append(now, 0), d.netFiles, w.buf)
+		now, _ = sysfs.ReadPolled(append(append(now, e.Name...), 0), d.files, w.buf)
+		now, _ = sysfs.ReadPolled(append(now, 0), d.netFiles, w.buf)
 	}
 	for name, d := range w.devs {
 		if !seen[name] {

@@ -121,18 +121,29 @@ func (r Reader) Driver(addr string) string {
 	return d
 }
 
+// maxNetdevs bounds the netdevs read of one PCI function: a function has
+// one or two; a tree with more is not the kernel's.
+const maxNetdevs = 8
+
 // Netdevs are the host netdevs of PCI function addr (its net/ entries),
-// in the netns sysfs was mounted in; nil when it has none.
-// Equivalent to: ls $root/bus/pci/devices/$addr/net
+// in the netns sysfs was mounted in, sorted, at most maxNetdevs; nil when
+// it has none.
+// Equivalent to: ls $root/bus/pci/devices/$addr/net | head -8
 func (r Reader) Netdevs(addr string) []string {
-	entries, err := os.ReadDir(r.pciPath(addr, "net"))
-	if err != nil || len(entries) == 0 {
+	d, err := os.Open(r.pciPath(addr, "net"))
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	entries, _ := d.ReadDir(maxNetdevs)
+	if len(entries) == 0 {
 		return nil
 	}
 	names := make([]string, 0, len(entries))
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
+	sort.Strings(names)
 	return names
 }
 

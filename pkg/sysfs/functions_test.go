@@ -2,7 +2,9 @@ package sysfs_test
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -71,5 +73,29 @@ func TestFunctionsUnreadable(t *testing.T) {
 	}
 	if _, _, err := (sysfs.Reader{Root: t.TempDir()}).Functions(nil); err == nil {
 		t.Error("Functions over a root without bus/pci/devices: no error")
+	}
+}
+
+// Netdevs lists a function's net/ entries sorted, and at most eight of
+// them: a tree that gives a function more is not the kernel's, and a
+// watcher keeps two files open per name.
+func TestNetdevsBounded(t *testing.T) {
+	tree := sysfstest.New(t)
+	tree.AddPF(pf0, 16, sysfstest.Device{})
+	r := sysfs.Reader{Root: tree.Root}
+	if got := r.Netdevs(pf0); got != nil {
+		t.Errorf("Netdevs of a function without net/ = %q, want none", got)
+	}
+	for _, name := range []string{"ib1", "ib0"} {
+		tree.SetNetDev(pf0, name)
+	}
+	if got, want := r.Netdevs(pf0), []string{"ib0", "ib1"}; !cmp.Equal(got, want) {
+		t.Errorf("Netdevs = %q, want %q", got, want)
+	}
+	for i := range 98 {
+		tree.SetNetDev(pf0, fmt.Sprintf("junk%02d", i))
+	}
+	if got := r.Netdevs(pf0); len(got) != 8 || !slices.IsSorted(got) {
+		t.Errorf("Netdevs of a function with 100 = %d names %q, want 8 sorted", len(got), got)
 	}
 }

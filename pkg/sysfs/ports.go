@@ -38,19 +38,26 @@ func OpenPolled(dir string) []*os.File {
 	return files
 }
 
-// ReadPolled reads each file from offset 0 into one value (each file's
-// bytes, then a NUL), or "unreadable" and false when one fails. buf holds
-// one file's value (an attribute is a few bytes; 64 is plenty).
-func ReadPolled(files []*os.File, buf []byte) ([]byte, bool) {
-	now := []byte{}
+// ReadPolled appends to now each file's value read from offset 0, then a
+// NUL; a file that cannot be read (carrier, while its netdev is down)
+// appends "-" and a NUL, the others are still read, and ok is false. buf
+// holds one file's value (an attribute is a few bytes; 64 is plenty). The
+// result is never nil: a caller tells "read, nothing to read" from "never
+// read".
+func ReadPolled(now []byte, files []*os.File, buf []byte) (_ []byte, ok bool) {
+	ok = true
+	if now == nil {
+		now = []byte{}
+	}
 	for _, f := range files {
 		n, err := f.ReadAt(buf, 0)
 		if err != nil && !errors.Is(err, io.EOF) || n == 0 {
-			return append(now, "unreadable"...), false
+			now, ok = append(now, '-', 0), false
+			continue
 		}
 		now = append(append(now, buf[:n]...), 0)
 	}
-	return now, true
+	return now, ok
 }
 
 // ListRDMA lists class/infiniband, each entry with its inode number (a
@@ -62,51 +69,19 @@ func (r Reader) ListRDMA() ([]RDMAEntry, error) { return r.listClass() }
 // RDMAPath is the path of an RDMA device's class/infiniband entry.
 func (r Reader) RDMAPath(name string) string { return filepath.Join(r.classDir(), name) }
 
-// maxPolledNetdevs bounds the netdevs a watcher keeps open per function: a
-// PCI function has one or two; a tree with more is not the kernel's.
-const maxPolledNetdevs = 8
-
-// PolledNetdevs lists the netdevs under the PCI function at dir (<dir>/net)
-// that a watcher reads the link state of, sorted, at most a few; none when
-// there is no such directory.
-// Equivalent to: ls $dir/net
-func PolledNetdevs(dir string) []string {
-	entries, _ := os.ReadDir(filepath.Join(dir, "net"))
-	names := make([]string, 0, min(len(entries), maxPolledNetdevs))
-	for _, e := range entries[:min(len(entries), maxPolledNetdevs)] {
-		names = append(names, e.Name())
-	}
-	return names
-}
-
-// OpenPolledNetdevs opens flags and carrier of each netdev named under the
-// PCI function at dir, as OpenPolled opens a port's attributes. The kernel
-// announces a change of either only over netlink, to sockets in the netns
-// the netdev is in, which a watcher in a pod's netns never hears; sysfs
-// shows the netns it was mounted in, the host's.
-func OpenPolledNetdevs(dir string, names []string) []*os.File {
+// OpenNetdevs opens flags and carrier of each netdev named of PCI
+// function addr (as Netdevs lists them), as OpenPolled opens a port's
+// attributes. The kernel announces a change of either only over netlink,
+// to sockets in the netns the netdev is in, which a watcher in a pod's
+// netns never hears; sysfs shows the netns it was mounted in, the host's.
+func (r Reader) OpenNetdevs(addr string, names []string) []*os.File {
 	var files []*os.File
 	for _, name := range names {
 		for _, attr := range []string{"flags", "carrier"} {
-			if f, err := safefile.Open(filepath.Join(dir, "net", name, attr)); err == nil {
+			if f, err := safefile.Open(r.pciPath(addr, "net", name, attr)); err == nil {
 				files = append(files, f)
 			}
 		}
 	}
 	return files
-}
-
-// ReadPolledEach is ReadPolled for files of which some may refuse a read
-// while others do not (carrier, while its netdev is down): each file's
-// bytes then a NUL, or "-" and a NUL for one that cannot be read.
-func ReadPolledEach(now []byte, files []*os.File, buf []byte) []byte {
-	for _, f := range files {
-		n, err := f.ReadAt(buf, 0)
-		if err != nil && !errors.Is(err, io.EOF) || n == 0 {
-			now = append(now, '-', 0)
-			continue
-		}
-		now = append(append(now, buf[:n]...), 0)
-	}
-	return now
 }
