@@ -39,7 +39,10 @@ type RDMADevice struct {
 	Name     string
 	PCI      string
 	NodeGUID GUID
-	Ports    []Port
+	// SysImageGUID is the NIC's system image GUID (a VF reports its
+	// card's); 0 when the device has none or it could not be read.
+	SysImageGUID GUID
+	Ports        []Port
 }
 
 // Port is one entry of <rdma>/ports/.
@@ -214,6 +217,9 @@ func readRDMA(path, addr string) (RDMADevice, error) {
 	}
 	if d.NodeGUID, err = ParseGUID(raw); err != nil {
 		return d, fmt.Errorf("node_guid of %s (%s): %w", name, addr, err)
+	}
+	if raw, err := ReadAttr(filepath.Join(path, "sys_image_guid")); err == nil {
+		d.SysImageGUID, _ = ParseGUID(raw)
 	}
 	ports := filepath.Join(path, "ports")
 	entries, err := os.ReadDir(ports)

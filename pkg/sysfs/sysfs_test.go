@@ -27,8 +27,8 @@ func activeIB(n int) sysfs.Port {
 		PhysState: sysfs.PhysState{Num: 5, Name: "LinkUp"}, LinkLayer: "InfiniBand"}
 }
 
-// smallNode is one PF with three VFs: VF 0 with an RDMA device and one IB
-// port, VF 1 a plain netdev, VF 7 with a dual-port RDMA device whose second
+// smallNode is one PF with three VFs: VF 0 with an RDMA device (with a
+// system image GUID, which VF 7's lacks) and one IB port, VF 1 a plain netdev, VF 7 with a dual-port RDMA device whose second
 // port is a down Ethernet port. Indexes are not dense, as after a VF was
 // removed or when sriov_numvfs is large.
 func smallNode(t *testing.T) *sysfstest.Tree {
@@ -36,7 +36,7 @@ func smallNode(t *testing.T) *sysfstest.Tree {
 	tree.AddPF(pf0, 16, sysfstest.Device{NetDev: "ibp24s0f0",
 		RDMA: &sysfstest.RDMA{Name: "mlx5_0", NodeGUID: "a088:c203:0018:1000", FWVer: "28.43.1014"}})
 	tree.AddVF(pf0, 0, vf0, sysfstest.Device{NetDev: "ibp24s0f0v0",
-		RDMA: &sysfstest.RDMA{Name: "mlx5_10", NodeGUID: "a288:c2ff:fe18:0000", FWVer: "28.43.1014"}})
+		RDMA: &sysfstest.RDMA{Name: "mlx5_10", NodeGUID: "a288:c2ff:fe18:0000", SysImageGUID: "a088:c203:0018:1000", FWVer: "28.43.1014"}})
 	tree.AddVF(pf0, 1, vf1, sysfstest.Device{NetDev: "ens1f0v1"})
 	tree.AddVF(pf0, 7, vf7, sysfstest.Device{RDMA: &sysfstest.RDMA{Name: "mlx5_17", NodeGUID: "a288:c2ff:fe18:0007",
 		Ports: []sysfstest.Port{{}, {State: "1: DOWN", PhysState: "3: Disabled", LinkLayer: "Ethernet"}}}})
@@ -51,7 +51,7 @@ func TestReadVF(t *testing.T) {
 		want       *sysfs.VF
 	}{
 		{"VF with one IB port", vf0, &sysfs.VF{PCI: vf0, PF: pf0, Index: 0, RDMA: []sysfs.RDMADevice{{
-			Name: "mlx5_10", PCI: vf0, NodeGUID: 0xa288c2fffe180000, Ports: []sysfs.Port{activeIB(1)},
+			Name: "mlx5_10", PCI: vf0, NodeGUID: 0xa288c2fffe180000, SysImageGUID: 0xa088c20300181000, Ports: []sysfs.Port{activeIB(1)},
 		}}}},
 		{"plain netdev VF", vf1, &sysfs.VF{PCI: vf1, PF: pf0, Index: 1}},
 		{"VF with two ports, index from virtfn7", vf7, &sysfs.VF{PCI: vf7, PF: pf0, Index: 7, RDMA: []sysfs.RDMADevice{{

@@ -35,7 +35,10 @@ type DGXPF struct {
 	RDMA     string // e.g. "mlx5_0"
 	NetDev   string // host IPoIB netdev, e.g. "ibp24s0f0"
 	NodeGUID string
-	VFs      []DGXVF
+	// SysImageGUID is the card's: both PFs of a card and their VFs
+	// report it.
+	SysImageGUID string
+	VFs          []DGXVF
 }
 
 // DGXVF is one VF of the fixture, present on the host with its netdev.
@@ -61,14 +64,16 @@ func NewDGXH200(tb TB) *DGXNode {
 		for fn := 0; fn < DGXPFsPerCard; fn++ {
 			pfNum := card*DGXPFsPerCard + fn
 			pf := DGXPF{
-				PCI:      fmt.Sprintf("0000:%02x:00.%d", bus, fn),
-				RDMA:     fmt.Sprintf("mlx5_%d", pfNum),
-				NetDev:   fmt.Sprintf("ibp%ds0f%d", bus, fn),
-				NodeGUID: fmt.Sprintf("a088:c203:00%02x:%04x", bus, 0x1000+fn),
+				PCI:          fmt.Sprintf("0000:%02x:00.%d", bus, fn),
+				RDMA:         fmt.Sprintf("mlx5_%d", pfNum),
+				NetDev:       fmt.Sprintf("ibp%ds0f%d", bus, fn),
+				NodeGUID:     fmt.Sprintf("a088:c203:00%02x:%04x", bus, 0x1000+fn),
+				SysImageGUID: fmt.Sprintf("a088:c203:00%02x:1000", bus),
 			}
 			n.AddPF(pf.PCI, DGXTotalVFs, Device{
 				NetDev: pf.NetDev,
-				RDMA:   &RDMA{Name: pf.RDMA, NodeGUID: pf.NodeGUID, FWVer: DGXFirmware, Ports: []Port{{GID0: GID0(pf.NodeGUID)}}},
+				RDMA: &RDMA{Name: pf.RDMA, NodeGUID: pf.NodeGUID, SysImageGUID: pf.SysImageGUID, FWVer: DGXFirmware,
+					Ports: []Port{{GID0: GID0(pf.NodeGUID)}}},
 			})
 			n.PFs = append(n.PFs, pf)
 		}
@@ -93,7 +98,8 @@ func NewDGXH200(tb TB) *DGXNode {
 			rdma++
 			n.AddVF(pf.PCI, i, vf.PCI, Device{
 				NetDev: vf.NetDev,
-				RDMA:   &RDMA{Name: vf.RDMA, NodeGUID: vf.NodeGUID, FWVer: DGXFirmware, Ports: []Port{{GID0: GID0(vf.PortGUID)}}},
+				RDMA: &RDMA{Name: vf.RDMA, NodeGUID: vf.NodeGUID, SysImageGUID: pf.SysImageGUID, FWVer: DGXFirmware,
+					Ports: []Port{{GID0: GID0(vf.PortGUID)}}},
 			})
 			pf.VFs = append(pf.VFs, vf)
 		}

@@ -36,8 +36,11 @@ type Port struct {
 type RDMA struct {
 	Name     string // e.g. "mlx5_10"
 	NodeGUID string // "xxxx:xxxx:xxxx:xxxx"
-	FWVer    string
-	Ports    []Port // port 1, 2, … ; nil means one healthy IB port
+	// SysImageGUID is the NIC's system image GUID; "" writes none (a
+	// provider that has no such attribute).
+	SysImageGUID string
+	FWVer        string
+	Ports        []Port // port 1, 2, … ; nil means one healthy IB port
 }
 
 // Device describes a PCI function.
@@ -158,6 +161,9 @@ func (t *Tree) SetRDMA(addr string, r RDMA) {
 	dir := filepath.Join(t.Root, rel)
 	t.mkdir(rel)
 	t.WriteFile(filepath.Join(dir, "node_guid"), r.NodeGUID)
+	if r.SysImageGUID != "" {
+		t.WriteFile(filepath.Join(dir, "sys_image_guid"), r.SysImageGUID)
+	}
 	if r.FWVer != "" {
 		t.WriteFile(filepath.Join(dir, "fw_ver"), r.FWVer)
 	}
