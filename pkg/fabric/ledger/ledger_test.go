@@ -300,3 +300,24 @@ func TestIncrementalEqualsRebuilt(t *testing.T) {
 		}
 	}
 }
+
+// Stats count each duplicated GUID once however many hold it, system
+// image GUIDs only across NICs, and every invalid GUID.
+func TestStats(t *testing.T) {
+	l := New()
+	a := []v1alpha1.VF{vf(0x18, 1, "a288:c2ff:fe18:0001", 0), vf(0x18, 2, "0000:0000:0000:0000", 0)}
+	a[0].SysImageGUID, a[1].SysImageGUID = "b8ce:f603:0018:0000", "b8ce:f603:0018:0000" // one NIC
+	l.Set("a", a)
+	b := vf(0x19, 1, "a288:c2ff:fe18:0001", 0)
+	b.SysImageGUID = "b8ce:f603:0019:0000"
+	l.Set("b", []v1alpha1.VF{b})
+	c := vf(0x19, 1, "a288:c2ff:fe18:0001", 0)
+	c.SysImageGUID = "b8ce:f603:0019:0000" // b's NIC's, on another node
+	l.Set("c", []v1alpha1.VF{c})
+	got := l.Stats()
+	want := Stats{Nodes: 3, VFs: 4, Invalid: 2, Duplicates: map[v1alpha1.FindingKind]int{
+		v1alpha1.DuplicateNodeGUID: 1, v1alpha1.DuplicatePortGUID: 1, v1alpha1.SharedSysImageGUID: 1}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("stats (-want +got):\n%s", diff)
+	}
+}
