@@ -146,15 +146,10 @@ func Start(ctx context.Context, cfg Config) (*Reporter, error) {
 		synced: map[string]uint64{},
 		errs:   map[string]string{},
 	}
-	r.broadcaster = record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{
-		BurstSize: eventBurst, QPS: eventQPS,
-	}))
-	s, err := apiScheme()
-	if err != nil {
+	var err error
+	if r.recorder, r.broadcaster, err = NewEventRecorder(ctx, cfg.Client, corev1.EventSource{Component: Component, Host: cfg.NodeName}); err != nil {
 		return nil, fmt.Errorf("kubernetes reporting: %w", err)
 	}
-	r.broadcaster.StartRecordingToSink(eventSink{ctx: ctx, c: cfg.Client})
-	r.recorder = r.broadcaster.NewRecorder(s, corev1.EventSource{Component: Component, Host: cfg.NodeName})
 	r.nodes = r.watch(ctx, nodeListWatch(cfg.Client, cfg.NodeName), &corev1.Node{}, keyNode)
 	go func() {
 		<-ctx.Done()
@@ -164,6 +159,21 @@ func Start(ctx context.Context, cfg Config) (*Reporter, error) {
 	r.log.Info("telling Kubernetes: pod events, node condition and device taints", "node", cfg.NodeName,
 		"condition", string(ConditionType), "taintOnError", cfg.TaintOnError, "deviceTaintEffect", string(cfg.DeviceTaintEffect))
 	return r, nil
+}
+
+// NewEventRecorder is client-go's event recorder writing through c, with
+// the reporter's spam limits (a burst of eventBurst per object, then one
+// every 1/eventQPS s); the broadcaster's Shutdown stops it.
+func NewEventRecorder(ctx context.Context, c Client, source corev1.EventSource) (record.EventRecorder, record.EventBroadcaster, error) {
+	s, err := apiScheme()
+	if err != nil {
+		return nil, nil, err
+	}
+	b := record.NewBroadcaster(record.WithContext(ctx), record.WithCorrelatorOptions(record.CorrelatorOptions{
+		BurstSize: eventBurst, QPS: eventQPS,
+	}))
+	b.StartRecordingToSink(eventSink{ctx: ctx, c: c})
+	return b.NewRecorder(s, source), b, nil
 }
 
 // Stop drops what is still queued, waits for the worker's current write,

@@ -416,3 +416,65 @@ func (l *Ledger) Stats() Stats {
 	}
 	return st
 }
+
+// Conflict is one GUID that is wrong on the fabric, with every VF holding
+// it, the one that keeps it first.
+type Conflict struct {
+	Kind v1alpha1.FindingKind
+	GUID string
+	// Field is which GUID of the VF is invalid ("node GUID", "port
+	// GUID"); empty for the other kinds.
+	Field   string
+	Holders []v1alpha1.Holder
+}
+
+// Conflicts lists every duplicated node or port GUID, every system image
+// GUID on more than one NIC (a holder per NIC) and every invalid GUID,
+// sorted by kind then GUID: the fabric report's rows.
+func (l *Ledger) Conflicts() []Conflict {
+	var out []Conflict
+	dup := func(kind v1alpha1.FindingKind, idx map[sysfs.GUID][]*entry, perNIC bool) {
+		for g, hs := range idx {
+			if perNIC {
+				nics := map[string]*entry{}
+				for _, h := range hs {
+					if cur := nics[h.nic]; cur == nil || first(h, cur) < 0 {
+						nics[h.nic] = h
+					}
+				}
+				hs = slices.Collect(maps.Values(nics))
+			}
+			if len(hs) > 1 {
+				out = append(out, Conflict{Kind: kind, GUID: g.String(), Holders: allHolders(slices.SortedFunc(slices.Values(hs), first))})
+			}
+		}
+	}
+	dup(v1alpha1.DuplicateNodeGUID, l.nodeGUIDs, false)
+	dup(v1alpha1.DuplicatePortGUID, l.portGUIDs, false)
+	dup(v1alpha1.SharedSysImageGUID, l.sysGUIDs, true)
+	for _, p := range l.nodes {
+		for _, e := range p.vfs {
+			for _, b := range e.bad {
+				out = append(out, Conflict{Kind: v1alpha1.InvalidGUID, GUID: clipGUID(b.value), Field: b.what, Holders: allHolders([]*entry{e})})
+			}
+		}
+	}
+	order := map[v1alpha1.FindingKind]int{}
+	for i, k := range v1alpha1.Kinds {
+		order[k] = i
+	}
+	slices.SortFunc(out, func(a, b Conflict) int {
+		return cmp.Or(cmp.Compare(order[a.Kind], order[b.Kind]), strings.Compare(a.GUID, b.GUID),
+			strings.Compare(a.Holders[0].Node, b.Holders[0].Node), strings.Compare(a.Holders[0].PCI, b.Holders[0].PCI),
+			strings.Compare(a.Field, b.Field))
+	})
+	return out
+}
+
+func allHolders(es []*entry) []v1alpha1.Holder {
+	out := make([]v1alpha1.Holder, len(es))
+	for i, e := range es {
+		out[i] = v1alpha1.Holder{Node: e.node, PCI: e.vf.PCI, Pod: e.vf.Pod}
+	}
+	return out
+}

@@ -321,3 +321,34 @@ func TestStats(t *testing.T) {
 		t.Errorf("stats (-want +got):\n%s", diff)
 	}
 }
+
+// Conflicts has a row per wrong GUID with every holder, first first.
+func TestConflicts(t *testing.T) {
+	l := New()
+	l.Set("b", []v1alpha1.VF{vf(0x18, 1, "a288:c2ff:fe18:0001", time.Minute)})
+	l.Set("a", []v1alpha1.VF{vf(0x18, 1, "a288:c2ff:fe18:0001", 0), vf(0x18, 2, "0000:0000:0000:0000", 0)})
+	l.Set("c", []v1alpha1.VF{vf(0x18, 1, "a288:c2ff:fe18:0003", 0)})
+	type row struct {
+		Kind    v1alpha1.FindingKind
+		GUID    string
+		Field   string
+		Holders string
+	}
+	var got []row
+	for _, c := range l.Conflicts() {
+		var hs []string
+		for _, h := range c.Holders {
+			hs = append(hs, h.Node+"/"+h.PCI)
+		}
+		got = append(got, row{c.Kind, c.GUID, c.Field, strings.Join(hs, " ")})
+	}
+	want := []row{
+		{v1alpha1.DuplicateNodeGUID, "a288:c2ff:fe18:0001", "", "a/0000:18:00.1 b/0000:18:00.1"},
+		{v1alpha1.DuplicatePortGUID, "a288:c2ff:fe18:0001", "", "a/0000:18:00.1 b/0000:18:00.1"},
+		{v1alpha1.InvalidGUID, "0000:0000:0000:0000", "node GUID", "a/0000:18:00.2"},
+		{v1alpha1.InvalidGUID, "0000:0000:0000:0000", "port GUID", "a/0000:18:00.2"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("conflicts (-want +got):\n%s", diff)
+	}
+}
