@@ -266,9 +266,10 @@ func TestDeployKubeReporting(t *testing.T) {
 }
 
 // TestKubernetesAPIOnlyInKubereport keeps the Kubernetes API (clients,
-// API types) out of everything but the reporter and the agent's wiring of
-// it: the agent's sources, the doctor and the CNI plugin's packages
-// import none of it. client-go's workqueue and apimachinery's wait (the
+// API types) out of everything but the reporter, the fabric ledger's
+// packages (pkg/fabric/...: its API type, client, publisher, controller
+// and Lease) and the agent's wiring of them: the agent's sources, the
+// doctor and the CNI plugin's packages import none of it. client-go's workqueue and apimachinery's wait (the
 // loop helpers), which talk to no API server, are the packages of it the
 // sources may use.
 func TestKubernetesAPIOnlyInKubereport(t *testing.T) {
@@ -281,7 +282,7 @@ func TestKubernetesAPIOnlyInKubereport(t *testing.T) {
 	seen := false
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		pkg, imports, _ := strings.Cut(line, " ")
-		if !strings.HasPrefix(pkg, mod) {
+		if !strings.HasPrefix(pkg, mod) || strings.HasPrefix(pkg, mod+"pkg/fabric/") {
 			continue
 		}
 		for _, imp := range strings.Fields(imports) {
@@ -305,13 +306,15 @@ func TestKubernetesAPIOnlyInKubereport(t *testing.T) {
 // clientset and its scheme (every API group's types, registered at init)
 // out of the agent: they cost 6 MiB of its RSS (docs/performance.md). The
 // agent's Kubernetes client knows core/v1 and the three resource.k8s.io
-// versions that serve DeviceTaintRules.
+// versions that serve DeviceTaintRules; the fabric controller's Lease
+// client knows coordination.k8s.io/v1 (client-go's leaderelection would
+// link the whole clientset: package lease says why).
 func TestAgentLinksOnlyTheAPIGroupsItUses(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list -deps: %v\n%s", err, out)
 	}
-	want := []string{"k8s.io/api/core/v1", "k8s.io/api/resource/v1", "k8s.io/api/resource/v1alpha3", "k8s.io/api/resource/v1beta2"}
+	want := []string{"k8s.io/api/coordination/v1", "k8s.io/api/core/v1", "k8s.io/api/resource/v1", "k8s.io/api/resource/v1alpha3", "k8s.io/api/resource/v1beta2"}
 	var groups []string
 	for _, pkg := range strings.Fields(string(out)) {
 		if strings.HasPrefix(pkg, "k8s.io/client-go/kubernetes") {
@@ -321,6 +324,7 @@ func TestAgentLinksOnlyTheAPIGroupsItUses(t *testing.T) {
 			groups = append(groups, pkg)
 		}
 	}
+	slices.Sort(groups)
 	if diff := cmp.Diff(want, groups); diff != "" {
 		t.Errorf("API types linked into the agent (-want +got):\n%s", diff)
 	}

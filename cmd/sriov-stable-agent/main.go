@@ -24,6 +24,8 @@ const usage = `sriov-stable-agent: node agent for sriov-stable-cni.
   sriov-stable-agent monitor [flags]      re-check attachments for drift, run the node doctor, serve /metrics
   sriov-stable-agent doctor [flags]       check this node for the known SR-IOV root causes
   sriov-stable-agent hostconfig [flags]   generate a node's boot setup (VFs, names, GUIDs), apply it, or check a node
+  sriov-stable-agent fabric [flags]       the fabric controller: duplicate and invalid VF GUIDs across the cluster
+  sriov-stable-agent fabric report        print every duplicate or invalid GUID with its holders
   sriov-stable-agent install --dir DIR    copy this binary into DIR (node-problem-detector's init container)
   sriov-stable-agent version              version and commit
   sriov-stable-agent help                 this text
@@ -45,6 +47,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"monitor":    runMonitor,
 		"doctor":     runDoctor,
 		"hostconfig": runHostconfig,
+		"fabric":     runFabric,
 		"install":    runInstall,
 		"version":    runVersion,
 		"--version":  runVersion,
