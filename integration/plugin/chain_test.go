@@ -175,6 +175,9 @@ func TestVerifyFailuresLeaveNothingChanged(t *testing.T) {
 			code: 102, substr: "ffff:ffff:ffff:ffff"},
 		{name: "duplicate GUID", opts: vfOpts{rdma: true, mutate: func(i int, r *sysfstest.RDMA) { r.NodeGUID = guid(0) }},
 			code: 102, substr: "also held by"},
+		{name: "GUID another node published first", opts: vfOpts{rdma: true}, setup: func(e *env) {
+			saveVerdict(e, state.FabricFinding{Kind: "DuplicateNodeGUID", GUID: guid(0), Second: true, Others: []string{"gpu-a/0000:18:00.2"}})
+		}, code: 102, substr: "node GUID " + guid(0) + " is also held on the fabric by gpu-a/0000:18:00.2"},
 		{name: "IB port down", opts: vfOpts{rdma: true, mutate: func(i int, r *sysfstest.RDMA) {
 			r.Ports = []sysfstest.Port{{State: "1: DOWN", PhysState: "2: Polling"}}
 		}}, code: 103, substr: "1: DOWN"},
@@ -209,6 +212,38 @@ func TestVerifyFailuresLeaveNothingChanged(t *testing.T) {
 				t.Fatalf("DEL after failed ADD: %v\nlog:\n%s", err, e.logTail())
 			}
 			e.wantHome(0)
+		})
+	}
+}
+
+// saveVerdict writes the fabric controller's verdict on VF 0 into the
+// state directory, as the node agent mirrors it.
+func saveVerdict(e *env, fs ...state.FabricFinding) {
+	e.t.Helper()
+	v := &state.FabricVerdicts{Node: "sriov-e2e-node", Mirrored: time.Now(), VFs: map[string][]state.FabricFinding{testutil.VFAddr(0): fs}}
+	if err := state.NewStore(e.stateDir).SaveFabricVerdicts(v); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// The fabric's verdict refuses only the holder that came second, and only
+// while the VF still has the GUID: the first holder attaches, and so does
+// a VF whose GUID was fixed before the verdict caught up.
+func TestFabricVerdictSparesFirstAndFixed(t *testing.T) {
+	for name, f := range map[string]state.FabricFinding{
+		"first holder": {Kind: "DuplicateNodeGUID", GUID: guid(0), Others: []string{"gpu-b/0000:18:00.2"}},
+		"GUID fixed":   {Kind: "DuplicateNodeGUID", GUID: "b83f:d203:00aa:9999", Second: true, Others: []string{"gpu-a/0000:18:00.2"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, vfOpts{rdma: true})
+			saveVerdict(e, f)
+			c, r := e.chain("1.1.0", 0, nil), rt("c-fabric", testutil.NewNetns(t))
+			if _, err := c.Add(r); err != nil {
+				t.Fatalf("ADD: %v\nlog:\n%s", err, e.logTail())
+			}
+			if err := c.Del(r); err != nil {
+				t.Fatalf("DEL: %v", err)
+			}
 		})
 	}
 }

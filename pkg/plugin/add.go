@@ -481,6 +481,43 @@ func (p *Plugin) guidProblem(a *attachment) string {
 	if d, other := p.attachedDuplicate(a); other != "" {
 		return fmt.Sprintf("%s node GUID %s is also held by %s (duplicate GUIDs break the fabric)", d.Name, d.NodeGUID, other)
 	}
+	return p.fabricDuplicate(a)
+}
+
+// fabricDuplicate is the fabric controller's verdict on the VF, as the
+// node agent mirrors it into the state directory (state.FabricVerdicts):
+// a node or port GUID of the VF that a VF of another node published first
+// (docs/fabric.md). No file (the ledger is not deployed), an unreadable
+// one (logged) or a verdict about a GUID the VF no longer has is none: the
+// plugin never calls the API server.
+func (p *Plugin) fabricDuplicate(a *attachment) string {
+	v, err := p.store.LoadFabricVerdicts()
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			p.log.Warn("cannot read the fabric verdicts; this node's GUIDs are checked alone", "err", err)
+		}
+		return ""
+	}
+	for _, f := range v.VFs[a.pci] {
+		if !f.Second || len(f.Others) == 0 {
+			continue
+		}
+		for _, d := range a.rdma.Devices {
+			what := ""
+			switch {
+			case f.Kind == "DuplicateNodeGUID" && d.NodeGUID.String() == f.GUID:
+				what = "node GUID"
+			case f.Kind == "DuplicatePortGUID" && slices.ContainsFunc(d.Ports, func(pt sysfs.Port) bool { return pt.GUID.String() == f.GUID }):
+				what = "port GUID"
+			default:
+				continue
+			}
+			others := f.Others[:min(len(f.Others), 3)]
+			return fmt.Sprintf("%s %s %s is also held on the fabric by %s, which published it first (the fabric controller's verdict, "+
+				"mirrored at %s); give this VF a GUID unique on the fabric (sriov-stable-agent hostconfig apply) or move the pod to another VF",
+				d.Name, what, f.GUID, strings.Join(others, ", "), v.Mirrored.UTC().Format(time.RFC3339))
+		}
+	}
 	return ""
 }
 

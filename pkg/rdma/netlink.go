@@ -252,8 +252,8 @@ func (p *netnsProbe) devices(vf VF) []Device {
 	}
 	out := make([]Device, 0, len(p.bound))
 	for _, d := range p.bound {
-		dev := Device{RDMADevice: sysfs.RDMADevice{Name: d.name, PCI: vf.PCI, NodeGUID: d.nodeGUID},
-			SysImageGUID: d.sysGUID, Source: NetnsNetlink, Netns: vf.NetnsPath}
+		dev := Device{RDMADevice: sysfs.RDMADevice{Name: d.name, PCI: vf.PCI, NodeGUID: d.nodeGUID, SysImageGUID: d.sysGUID},
+			Source: NetnsNetlink, Netns: vf.NetnsPath}
 		for _, port := range d.ports {
 			port.LinkLayer = linkLayer(d.protocol, vf.IPoIB)
 			dev.Ports = append(dev.Ports, port.Port)

@@ -38,11 +38,10 @@ const (
 // Device is one RDMA device of a VF as the kernel reports it where it
 // lives. RDMADevice.PCI is the VF's address whichever way it was bound.
 type Device struct {
+	// RDMADevice is the device as its source gives it; its SysImageGUID
+	// from sysfs (sys_image_guid) or RDMA netlink alike.
 	sysfs.RDMADevice
-	// SysImageGUID is the NIC's system image GUID where the source gives
-	// it (RDMA netlink); 0 otherwise.
-	SysImageGUID sysfs.GUID
-	Source       Source
+	Source Source
 	// Netns is the netns path the device was found in; "" for the host's.
 	Netns string
 }
