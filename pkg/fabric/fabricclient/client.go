@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/gentype"
 	"k8s.io/client-go/rest"
@@ -33,18 +34,24 @@ func New(cfg *rest.Config) (Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fabric client: %w", err)
 	}
-	c := rest.CopyConfig(cfg)
-	gv := v1alpha1.SchemeGroupVersion
-	c.APIPath, c.GroupVersion = "/apis", &gv
-	c.NegotiatedSerializer = serializer.NewCodecFactory(s).WithoutConversion()
-	if c.UserAgent == "" {
-		c.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
-	rc, err := rest.RESTClientFor(c)
+	rc, err := NewREST(cfg, v1alpha1.SchemeGroupVersion, s)
 	if err != nil {
 		return nil, fmt.Errorf("fabric client: %w", err)
 	}
 	return gentype.NewClientWithList(v1alpha1.Resource, rc, runtime.NewParameterCodec(s), "",
 		func() *v1alpha1.NodeVFSet { return &v1alpha1.NodeVFSet{} },
 		func() *v1alpha1.NodeVFSetList { return &v1alpha1.NodeVFSetList{} }), nil
+}
+
+// NewREST is a JSON REST client of group version gv under /apis, over a
+// scheme s that knows its types: what a gentype client is built on (the
+// fabric's NodeVFSets, the controller's Leases).
+func NewREST(cfg *rest.Config, gv schema.GroupVersion, s *runtime.Scheme) (*rest.RESTClient, error) {
+	c := rest.CopyConfig(cfg)
+	c.APIPath, c.GroupVersion = "/apis", &gv
+	c.NegotiatedSerializer = serializer.NewCodecFactory(s).WithoutConversion()
+	if c.UserAgent == "" {
+		c.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	return rest.RESTClientFor(c)
 }

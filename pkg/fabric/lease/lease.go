@@ -22,9 +22,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/gentype"
 	"k8s.io/client-go/rest"
+
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/fabricclient"
 )
 
 // Client is what an elector does to its Lease.
@@ -41,14 +42,7 @@ func NewClient(cfg *rest.Config, namespace string) (Client, error) {
 	if err := coordinationv1.AddToScheme(s); err != nil {
 		return nil, err
 	}
-	c := rest.CopyConfig(cfg)
-	gv := coordinationv1.SchemeGroupVersion
-	c.APIPath, c.GroupVersion = "/apis", &gv
-	c.NegotiatedSerializer = serializer.NewCodecFactory(s).WithoutConversion()
-	if c.UserAgent == "" {
-		c.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
-	rc, err := rest.RESTClientFor(c)
+	rc, err := fabricclient.NewREST(cfg, coordinationv1.SchemeGroupVersion, s)
 	if err != nil {
 		return nil, fmt.Errorf("lease client: %w", err)
 	}
