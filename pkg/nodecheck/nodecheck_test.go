@@ -39,7 +39,7 @@ func newChecker(t *testing.T, cfg Config) (*Checker, *recorder, *testutil.LogBuf
 	t.Helper()
 	rec, logs := &recorder{}, &testutil.LogBuffer{}
 	cfg.Notifiers = append(cfg.Notifiers, rec)
-	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

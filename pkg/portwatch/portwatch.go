@@ -92,23 +92,36 @@ func (w *Watcher) Run(ctx context.Context) {
 	defer w.close()
 	t := time.NewTicker(w.cfg.Interval)
 	defer t.Stop()
+	confirm := false
 	for {
-		// A change between a poll and its check is in the check's
-		// findings but not in the values polled: poll again until a poll
-		// matches the one before it (a few times at most per interval,
-		// should a port flap), or that change's undoing goes unseen.
-		for range maxChecksPerPoll {
-			if !w.Poll() {
-				break
-			}
-			w.Check()
-		}
+		confirm = w.round(confirm)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// round is one interval's polls and checks; confirm says the last check
+// handed on new findings, and so does the result.
+//
+// A change between a poll and its check is in the check's findings but
+// not in the values polled: it polls again until a poll matches the one
+// before it (a few times at most, should a port flap). And a check that
+// handed on new findings is followed by one more after the next poll,
+// changed or not: a port that went down after a poll read it and came
+// back before the next one polls the same twice, while the findings
+// handed on still say down. What stays unseen is a port that flaps twice
+// within one check's reads.
+func (w *Watcher) round(confirm bool) bool {
+	for range maxChecksPerPoll {
+		if !w.Poll() && !confirm {
+			break
+		}
+		confirm = w.Check()
+	}
+	return confirm
 }
 
 // Poll lists class/infiniband and each device's netdevs, opens the files of
@@ -157,25 +170,26 @@ func (w *Watcher) Poll() bool {
 }
 
 // Check runs the port checks and hands their report on when its findings
-// changed.
-func (w *Watcher) Check() {
+// changed; it reports whether it did.
+func (w *Watcher) Check() bool {
 	rep, err := doctor.Ports(w.cfg.Doctor)
 	if err != nil {
 		if err.Error() != w.failed {
 			w.log.Warn("cannot run the port checks; free VFs' ports are known at the next doctor run", "err", err)
 		}
 		w.failed = err.Error()
-		return
+		return false
 	}
 	w.failed = ""
 	if w.sent != nil && slices.EqualFunc(w.sent.Findings, rep.Findings, finding.Finding.Equal) && slices.Equal(w.sent.Functions, rep.Functions) {
-		return
+		return false
 	}
 	w.sent = rep
 	w.log.Debug("port checks changed", "functions", len(rep.Functions), "errors", countErrors(rep.Findings))
 	if w.cfg.Changed != nil {
 		w.cfg.Changed(rep)
 	}
+	return true
 }
 
 func countErrors(fs []finding.Finding) int {

@@ -82,8 +82,12 @@ func TestFreeVFPortDownAndBack(t *testing.T) {
 	if !w.Poll() {
 		t.Fatal("the poll after the VF's port went down reports no change")
 	}
-	w.Check()
-	w.Check() // the same findings: not handed on again
+	if !w.Check() {
+		t.Error("the check with the port down says it handed on nothing")
+	}
+	if w.Check() {
+		t.Error("the same findings again are handed on again")
+	}
 	got := r.all()
 	if len(got) != 2 {
 		t.Fatalf("%d reports after the port went down, want 2", len(got))
@@ -99,6 +103,41 @@ func TestFreeVFPortDownAndBack(t *testing.T) {
 	w.Check()
 	if got := r.all(); len(got) != 3 || len(errorsOf(got[2])) != 0 {
 		t.Errorf("after the port came back: %d reports, the last with errors %v; want 3, none", len(got), errorsOf(got[len(got)-1]))
+	}
+}
+
+// A port that goes down after a poll read it and comes back before the
+// next poll polls the same twice; the check between them handed on the
+// port down, so the next round checks again anyway and hands on its
+// return, then checks once more and stops when that changes nothing.
+func TestPortBackBeforeThePollAfterItsCheck(t *testing.T) {
+	n := sysfstest.NewDGXH200(t)
+	var r reports
+	w := newWatcher(n, &r, time.Second)
+	defer w.close()
+	if w.round(false) {
+		t.Fatal("the first round on a healthy node ends wanting a confirmation")
+	}
+	vf := n.PFs[3].VFs[1]
+	n.SetPort(vf.PCI, vf.RDMA, 1, sysfstest.Port{State: "1: DOWN", PhysState: "3: Disabled", GID0: sysfstest.GID0(vf.PortGUID)})
+	if !w.Check() { // as if it had run between the last poll and this change's undoing
+		t.Fatal("the check with the port down handed on nothing")
+	}
+	n.SetPort(vf.PCI, vf.RDMA, 1, sysfstest.Port{GID0: sysfstest.GID0(vf.PortGUID)})
+	if w.round(false) {
+		t.Fatal("without a confirmation the round checked")
+	}
+	if got := r.all(); len(errorsOf(got[len(got)-1])) != 1 {
+		t.Fatalf("the port's return was handed on without a confirmation: %v; the poll does not show it", errorsOf(got[len(got)-1]))
+	}
+	// The confirming round hands on the return and confirms that too (a
+	// poll, then a check that changes nothing), so it ends wanting none.
+	if w.round(true) {
+		t.Error("the confirming round ends wanting another")
+	}
+	got := r.all()
+	if len(got) != 3 || len(errorsOf(got[2])) != 0 {
+		t.Fatalf("after the confirming round: %d reports, the last with errors %v; want 3, none", len(got), errorsOf(got[len(got)-1]))
 	}
 }
 

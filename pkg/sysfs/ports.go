@@ -17,7 +17,10 @@ import (
 
 // OpenPolled opens the attributes of the RDMA device at dir (an entry of
 // <pci>/infiniband/ or class/infiniband/) that a watcher re-reads:
-// node_guid, and ports/*/state and ports/*/link_layer. Each is opened as
+// node_guid, and ports/*/state and ports/*/link_layer (not phys_state: the
+// kernel moves it before state on the way up and with it on the way down,
+// so a change of state is the one to watch, and on mlx5 each read is a
+// firmware query). Each is opened as
 // package safefile opens a file: non-blocking, not through a link, and
 // only if it is a regular file; one that is not (a FIFO in a fixture,
 // where a read would never return) is left out, and a check that reads it

@@ -201,6 +201,9 @@ func (t *Tree) ReprobeRDMA(addr string, r RDMA) {
 }
 
 // SetPort writes one port's state files; empty fields get healthy IB values.
+// state is written last, as the kernel orders a port's change: its
+// physical state reaches LinkUp before the logical state leaves DOWN, and
+// a watcher that re-reads state alone (sysfs.OpenPolled) relies on that.
 func (t *Tree) SetPort(addr, rdma string, num int, p Port) {
 	t.tb.Helper()
 	if p.State == "" {
@@ -217,10 +220,10 @@ func (t *Tree) SetPort(addr, rdma string, num int, p Port) {
 	}
 	dir := filepath.Join(t.DevicePath(addr), "infiniband", rdma, "ports", fmt.Sprint(num))
 	t.mkdirAbs(filepath.Join(dir, "gids"))
-	t.WriteFile(filepath.Join(dir, "state"), p.State)
 	t.WriteFile(filepath.Join(dir, "phys_state"), p.PhysState)
 	t.WriteFile(filepath.Join(dir, "link_layer"), p.LinkLayer)
 	t.WriteFile(filepath.Join(dir, "gids", "0"), p.GID0)
+	t.WriteFile(filepath.Join(dir, "state"), p.State)
 }
 
 // LoadModule marks a kernel module as loaded (module/<name>/).
