@@ -9,11 +9,16 @@ import (
 	"os"
 
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/fabricclient"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/nodesync"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/kubereport"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 )
 
 // kubeFlags are the monitor's flags for telling Kubernetes (pod events, the
@@ -25,6 +30,7 @@ type kubeFlags struct {
 	nodeName     *string
 	taintOnError *bool
 	taintEffect  *string
+	fabric       *bool
 }
 
 func addKubeFlags(fs *flag.FlagSet) *kubeFlags {
@@ -36,6 +42,8 @@ func addKubeFlags(fs *flag.FlagSet) *kubeFlags {
 		taintOnError: fs.Bool("taint-on-error", false, "taint the node "+kubereport.TaintKey+":NoSchedule while the doctor reports an error"),
 		taintEffect: fs.String("device-taint-effect", "NoSchedule", "effect of the per-VF device taints: NoSchedule keeps the scheduler "+
 			"from allocating an unhealthy VF, None only marks it (Kubernetes 1.35 and later)"),
+		fabric: fs.Bool("fabric-publish", false, "publish this node's VF identities into its NodeVFSet for the fabric GUID ledger, "+
+			"and mirror the fabric controller's verdict into the state directory for guidPolicy require (docs/fabric.md; deploy/fabric)"),
 	}
 }
 
@@ -59,34 +67,52 @@ func (f *kubeFlags) restConfig() (*rest.Config, error) {
 		return cfg, nil
 	case *f.taintOnError:
 		return nil, errors.New("--taint-on-error needs --kubeconfig or --in-cluster")
+	case *f.fabric:
+		return nil, errors.New("--fabric-publish needs --kubeconfig or --in-cluster")
 	}
 	return nil, nil
 }
 
 // start starts the Kubernetes reporter when the flags ask for one (nil
-// otherwise); the returned stop (never nil) ends it once the agent's
-// sources have stopped.
-func (f *kubeFlags) start(ctx context.Context, doctorOn bool, log *slog.Logger) (rep *kubereport.Reporter, stop func(), err error) {
+// otherwise) and with --fabric-publish the fabric syncer over the same
+// credentials (nil otherwise: it runs with the agent's sources); the
+// returned stop (never nil) ends the reporter once the agent's sources
+// have stopped.
+func (f *kubeFlags) start(ctx context.Context, doctorOn bool, store *state.Store, sys sysfs.Reader, log *slog.Logger) (
+	rep *kubereport.Reporter, fabric *nodesync.Syncer, stop func(), err error) {
 	rc, err := f.restConfig()
 	if err != nil || rc == nil {
-		return nil, func() {}, err
+		return nil, nil, func() {}, err
 	}
 	if *f.nodeName == "" {
-		return nil, func() {}, errors.New("telling Kubernetes needs the node's name: --node-name, or NODE_NAME from the downward API's spec.nodeName")
+		return nil, nil, func() {}, errors.New("telling Kubernetes needs the node's name: --node-name, or NODE_NAME from the downward API's spec.nodeName")
 	}
 	if !doctorOn {
 		log.Warn("the doctor is off (--doctor-interval=0): no node condition, node taint or device taints, only pod events")
 	}
 	// client-go logs through klog: into the agent's log instead.
 	klog.SetSlogLogger(log)
-	client, err := kubereport.NewClient(rest.AddUserAgent(rc, kubereport.Component))
+	rc = rest.AddUserAgent(rc, kubereport.Component)
+	client, err := kubereport.NewClient(rc)
 	if err != nil {
-		return nil, func() {}, err
+		return nil, nil, func() {}, err
+	}
+	if *f.fabric {
+		fc, err := fabricclient.New(rc)
+		if err != nil {
+			return nil, nil, func() {}, err
+		}
+		// The reporter's watch of the node knows its UID, the NodeVFSet's
+		// owner; rep is set before the syncer runs.
+		if fabric, err = nodesync.New(nodesync.Config{Client: fc, Node: *f.nodeName, Sysfs: sys, Store: store, Logger: log,
+			NodeUID: func() (types.UID, bool) { return rep.NodeUID() }}); err != nil {
+			return nil, nil, func() {}, err
+		}
 	}
 	rep, err = kubereport.Start(ctx, kubereport.Config{Client: client, NodeName: *f.nodeName, TaintOnError: *f.taintOnError,
 		DeviceTaintEffect: resourcev1.DeviceTaintEffect(*f.taintEffect), Logger: log})
 	if err != nil {
-		return nil, func() {}, err
+		return nil, nil, func() {}, err
 	}
-	return rep, rep.Stop, nil
+	return rep, fabric, rep.Stop, nil
 }

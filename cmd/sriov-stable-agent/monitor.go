@@ -14,12 +14,15 @@ import (
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/cmdline"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/config"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/nodesync"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/janitor"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/kubereport"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/monitor"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/nodecheck"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/portwatch"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/promexport"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
 )
 
 const monitorUsage = `usage: sriov-stable-agent monitor [flags]
@@ -95,7 +98,7 @@ func runMonitor(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if *doctorInterval < 0 {
 		return c.Fail(cmdline.ExitUsage, "--doctor-interval %s is negative", *doctorInterval)
 	}
-	rep, stopKube, err := kube.start(ctx, *doctorInterval > 0, log)
+	rep, fabric, stopKube, err := kube.start(ctx, *doctorInterval > 0, state.NewStore(*stateDir), sysfs.Reader{Root: *sysfsRoot}, log)
 	if err != nil {
 		return c.Fail(cmdline.ExitUsage, "%v", err)
 	}
@@ -106,7 +109,7 @@ func runMonitor(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			StaleGrace: *staleGrace, Logger: log, SweepOnly: !*events, PollInterval: *pollInterval,
 			Repairs: repairs, HostNetns: *hostNetns,
 		},
-		doctor: opts, doctorInterval: *doctorInterval, portInterval: *portInterval, kube: rep,
+		doctor: opts, doctorInterval: *doctorInterval, portInterval: *portInterval, kube: rep, fabric: fabric,
 	})
 	if err != nil {
 		return c.Fail(cmdline.ExitUsage, "%v", err)
@@ -166,13 +169,14 @@ const stopTimeout = 5 * time.Second
 // agentConfig is what the monitor command runs: the attachment watcher's
 // configuration, the doctor's options and intervals (doctorInterval 0:
 // no node checks; portInterval 0: no port watcher) and the Kubernetes
-// reporter (nil when not asked for).
+// reporter and the fabric syncer (each nil when not asked for).
 type agentConfig struct {
 	monitor        monitor.Config
 	doctor         doctor.Options
 	doctorInterval time.Duration
 	portInterval   time.Duration
 	kube           *kubereport.Reporter
+	fabric         *nodesync.Syncer
 }
 
 // agent is the monitor command's sources (checks → findings), each
@@ -182,6 +186,10 @@ type agent struct {
 	mon   *monitor.Monitor
 	nodes *nodecheck.Checker // nil: the doctor is off
 	jan   *janitor.Janitor   // nil: no --repair=host
+	// fabric publishes the node's VF identities after each doctor run and
+	// port change (a notifier of the node checks) and record change; nil
+	// without --fabric-publish.
+	fabric *nodesync.Syncer
 }
 
 func newAgent(cfg agentConfig) (*agent, error) {
@@ -190,7 +198,7 @@ func newAgent(cfg agentConfig) (*agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("monitor configuration: %w", err)
 	}
-	var a agent
+	a := agent{fabric: cfg.fabric}
 	if mc.Repairs.Host {
 		jc := janitor.Config{StateDir: mc.StateDir, SysfsRoot: mc.SysfsRoot, HostNetns: mc.HostNetns,
 			AltName: cfg.doctor.AltName, Spec: cfg.doctor.Spec, LinkDir: cfg.doctor.LinkDir,
@@ -218,6 +226,9 @@ func newAgent(cfg agentConfig) (*agent, error) {
 		if cfg.kube != nil {
 			nc.Notifiers = []nodecheck.Notifier{cfg.kube}
 		}
+		if cfg.fabric != nil {
+			nc.Notifiers = append(nc.Notifiers, cfg.fabric)
+		}
 		if a.nodes, err = nodecheck.New(nc); err != nil {
 			return nil, fmt.Errorf("node checks: %w", err)
 		}
@@ -234,6 +245,9 @@ func (a *agent) run(ctx context.Context) {
 	}
 	if a.jan != nil {
 		go a.jan.Run(ctx)
+	}
+	if a.fabric != nil {
+		go a.fabric.Run(ctx)
 	}
 	a.mon.Run(ctx)
 }

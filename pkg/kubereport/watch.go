@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
@@ -79,6 +80,13 @@ func (r *Reporter) cachedNode() *corev1.Node {
 }
 
 // nodeUID is the node's UID once the watch has seen it, "" before.
+// NodeUID is the node's UID as its watch last saw it; false until the
+// watch has listed it.
+func (r *Reporter) NodeUID() (types.UID, bool) {
+	uid := r.nodeUID()
+	return types.UID(uid), uid != ""
+}
+
 func (r *Reporter) nodeUID() string {
 	if n := r.cachedNode(); n != nil {
 		return string(n.UID)

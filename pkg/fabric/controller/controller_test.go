@@ -2,110 +2,21 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
-	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/fabricclient"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/fabrictest"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/v1alpha1"
 )
 
-var gvr = v1alpha1.GroupVersionResource
-
-// tracked is the controller's Client over client-go's object tracker (the
-// fake clientset's store and watch): an apply of status replaces the
-// stored status, as the API server's status subresource does for the
-// status's only field manager (what it no longer names is dropped).
-type tracked struct {
-	t       clienttesting.ObjectTracker
-	patches atomic.Int64
-}
-
-func newTracked(t *testing.T) *tracked {
-	s, err := fabricclient.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &tracked{t: clienttesting.NewObjectTracker(s, serializer.NewCodecFactory(s).UniversalDecoder())}
-}
-
-// IsWatchListSemanticsUnSupported: the tracker sends no initial-events
-// bookmark, so the informer must list (client-go's fake clientset says the
-// same).
-func (c *tracked) IsWatchListSemanticsUnSupported() bool { return true }
-
-func (c *tracked) List(_ context.Context, o metav1.ListOptions) (*v1alpha1.NodeVFSetList, error) {
-	obj, err := c.t.List(gvr, v1alpha1.SchemeGroupVersion.WithKind(v1alpha1.Kind), "", o)
-	if err != nil {
-		return nil, err
-	}
-	return obj.(*v1alpha1.NodeVFSetList), nil
-}
-
-func (c *tracked) Watch(_ context.Context, o metav1.ListOptions) (watch.Interface, error) {
-	return c.t.Watch(gvr, "", o)
-}
-
-func (c *tracked) Patch(_ context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, sub ...string) (*v1alpha1.NodeVFSet, error) {
-	if pt != types.ApplyPatchType || opts.FieldManager != FieldManager || len(sub) != 1 || sub[0] != "status" {
-		return nil, fmt.Errorf("not an apply of status by the controller: %s %s %v", pt, opts.FieldManager, sub)
-	}
-	var applied v1alpha1.NodeVFSet
-	if err := json.Unmarshal(data, &applied); err != nil {
-		return nil, err
-	}
-	if len(applied.Spec.VFs) > 0 {
-		return nil, fmt.Errorf("the status apply names spec: %s", data)
-	}
-	obj, err := c.t.Get(gvr, "", name)
-	if err != nil {
-		return nil, err
-	}
-	s := obj.(*v1alpha1.NodeVFSet)
-	s.Status = applied.Status
-	c.patches.Add(1)
-	return s, c.t.Update(gvr, s, "")
-}
-
-// put stores node's spec as the agent's apply would, bumping its
-// generation.
-func (c *tracked) put(t *testing.T, node string, vfs ...v1alpha1.VF) {
-	t.Helper()
-	obj, err := c.t.Get(gvr, "", node)
-	if err != nil {
-		s := &v1alpha1.NodeVFSet{ObjectMeta: metav1.ObjectMeta{Name: node, Generation: 1,
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node, UID: types.UID("uid-" + node)}}},
-			Spec: v1alpha1.NodeVFSetSpec{VFs: vfs}}
-		if err := c.t.Add(s); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	s := obj.(*v1alpha1.NodeVFSet)
-	s.Spec.VFs, s.Generation = vfs, s.Generation+1
-	if err := c.t.Update(gvr, s, ""); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (c *tracked) status(t *testing.T, node string) v1alpha1.NodeVFSetStatus {
-	t.Helper()
-	obj, err := c.t.Get(gvr, "", node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return obj.(*v1alpha1.NodeVFSet).Status
+func newTracked(t *testing.T) *fabrictest.Tracker {
+	return fabrictest.New(t, "sriov-stable-agent", FieldManager)
 }
 
 var t0 = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
@@ -120,7 +31,7 @@ func vf(pci, guid string, at time.Duration, pod string) v1alpha1.VF {
 }
 
 // run starts a replica over c; lead says whether it leads from the start.
-func run(t *testing.T, c *tracked, rec record.EventRecorder, lead bool) (*Controller, context.CancelFunc) {
+func run(t *testing.T, c *fabrictest.Tracker, rec record.EventRecorder, lead bool) (*Controller, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(t.Context())
 	ctl := New(Config{Client: c, Recorder: rec, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	done := make(chan struct{}, 2)
@@ -178,15 +89,15 @@ func drain(ch <-chan string) []string {
 func TestDuplicateFoundAndCleared(t *testing.T) {
 	c := newTracked(t)
 	const g = "a288:c2ff:fe18:0001"
-	c.put(t, "gpu-a", vf("0000:18:00.2", g, 0, "nccl-0"))
-	c.put(t, "gpu-b", vf("0000:18:00.2", g, time.Minute, ""))
+	c.Put(t, "gpu-a", vf("0000:18:00.2", g, 0, "nccl-0"))
+	c.Put(t, "gpu-b", vf("0000:18:00.2", g, time.Minute, ""))
 	rec := record.NewFakeRecorder(100)
 	ctl, _ := run(t, c, rec, true)
 	want := map[string]string{"gpu-a": "DuplicateNodeGUID DuplicatePortGUID", "gpu-b": "DuplicateNodeGUID(second) DuplicatePortGUID(second)"}
 	waitFor(t, "both statuses naming the duplicate", func() bool {
-		return kinds(c.status(t, "gpu-a")) == want["gpu-a"] && kinds(c.status(t, "gpu-b")) == want["gpu-b"]
+		return kinds(c.Status(t, "gpu-a")) == want["gpu-a"] && kinds(c.Status(t, "gpu-b")) == want["gpu-b"]
 	})
-	if st := c.status(t, "gpu-b"); st.ObservedGeneration != 1 || st.Findings[0].Others[0].Node != "gpu-a" || st.Findings[0].Others[0].Pod.Name != "nccl-0" {
+	if st := c.Status(t, "gpu-b"); st.ObservedGeneration != 1 || st.Findings[0].Others[0].Node != "gpu-a" || st.Findings[0].Others[0].Pod.Name != "nccl-0" {
 		t.Errorf("gpu-b's status %+v: want generation 1 and gpu-a's VF (pod nccl-0) as the other holder", st)
 	}
 	waitFor(t, "three warnings", func() bool { return len(rec.Events) >= 3 })
@@ -195,9 +106,9 @@ func TestDuplicateFoundAndCleared(t *testing.T) {
 		t.Errorf("events %q, want 3 warnings: both nodes and pod train/nccl-0", events)
 	}
 
-	c.put(t, "gpu-b", vf("0000:18:00.2", "a288:c2ff:fe18:0099", time.Hour, ""))
+	c.Put(t, "gpu-b", vf("0000:18:00.2", "a288:c2ff:fe18:0099", time.Hour, ""))
 	waitFor(t, "both statuses clear", func() bool {
-		return len(c.status(t, "gpu-a").Findings) == 0 && len(c.status(t, "gpu-b").Findings) == 0 && c.status(t, "gpu-b").ObservedGeneration == 2
+		return len(c.Status(t, "gpu-a").Findings) == 0 && len(c.Status(t, "gpu-b").Findings) == 0 && c.Status(t, "gpu-b").ObservedGeneration == 2
 	})
 	waitFor(t, "three cleared events", func() bool { return len(rec.Events) >= 3 })
 	if events := drain(rec.Events); countPrefix(events, "Normal "+ReasonGUIDCleared) != 3 {
@@ -219,12 +130,12 @@ func TestDuplicateFoundAndCleared(t *testing.T) {
 func TestTakeoverWritesNothing(t *testing.T) {
 	c := newTracked(t)
 	for i := range 20 {
-		c.put(t, fmt.Sprintf("gpu-%02d", i), vf("0000:18:00.2", fmt.Sprintf("a288:c2ff:fe18:%04x", i%10), time.Duration(i)*time.Second, ""))
+		c.Put(t, fmt.Sprintf("gpu-%02d", i), vf("0000:18:00.2", fmt.Sprintf("a288:c2ff:fe18:%04x", i%10), time.Duration(i)*time.Second, ""))
 	}
 	first, stop := run(t, c, nil, true)
 	waitFor(t, "every status written", func() bool {
 		for i := range 20 {
-			if len(c.status(t, fmt.Sprintf("gpu-%02d", i)).Findings) != 2 {
+			if len(c.Status(t, fmt.Sprintf("gpu-%02d", i)).Findings) != 2 {
 				return false
 			}
 		}
@@ -247,7 +158,7 @@ func TestTakeoverWritesNothing(t *testing.T) {
 	if standby.Writes() != 0 || len(rec.Events) != 0 {
 		t.Errorf("after the takeover: %d writes, %d events; want none", standby.Writes(), len(rec.Events))
 	}
-	if got := c.patches.Load(); got != 20 {
+	if got := c.StatusApplies.Load(); got != 20 {
 		t.Errorf("%d status applies in all, want 20", got)
 	}
 }

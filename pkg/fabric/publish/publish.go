@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,6 +34,9 @@ type Publisher struct {
 	// (or the first read of the object) succeeded.
 	published []v1alpha1.VF
 	known     bool
+	// owner: the object read names another owner (or none): apply even
+	// when the VFs are the same.
+	owner bool
 	// Applies counts the writes made (an apply that changed nothing on
 	// the server still counts: the publisher made it).
 	Applies int
@@ -59,6 +63,9 @@ func (p *Publisher) Published(ctx context.Context) ([]v1alpha1.VF, error) {
 		return nil, fmt.Errorf("read NodeVFSet %s: %w", p.node, err)
 	default:
 		p.published = cur.Spec.VFs
+		p.owner = !slices.ContainsFunc(cur.OwnerReferences, func(o metav1.OwnerReference) bool {
+			return o.Kind == "Node" && o.UID == p.nodeUID
+		})
 	}
 	p.known = true
 	return p.published, nil
@@ -73,7 +80,7 @@ func (p *Publisher) Publish(ctx context.Context, vfs []v1alpha1.VF) (bool, error
 	if vfs == nil {
 		vfs = []v1alpha1.VF{}
 	}
-	if p.published != nil && equalVFs(p.published, vfs) {
+	if p.published != nil && !p.owner && equalVFs(p.published, vfs) {
 		return false, nil
 	}
 	obj := &v1alpha1.NodeVFSet{
@@ -93,7 +100,7 @@ func (p *Publisher) Publish(ctx context.Context, vfs []v1alpha1.VF) (bool, error
 	if err != nil {
 		return true, fmt.Errorf("apply NodeVFSet %s (%d VFs): %w", p.node, len(vfs), err)
 	}
-	p.published = got.Spec.VFs
+	p.published, p.owner = got.Spec.VFs, false
 	if p.published == nil {
 		p.published = []v1alpha1.VF{}
 	}
