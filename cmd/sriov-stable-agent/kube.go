@@ -42,8 +42,8 @@ func addKubeFlags(fs *flag.FlagSet) *kubeFlags {
 		taintOnError: fs.Bool("taint-on-error", false, "taint the node "+kubereport.TaintKey+":NoSchedule while the doctor reports an error"),
 		taintEffect: fs.String("device-taint-effect", "NoSchedule", "effect of the per-VF device taints: NoSchedule keeps the scheduler "+
 			"from allocating an unhealthy VF, None only marks it (Kubernetes 1.35 and later)"),
-		fabric: fs.Bool("fabric-publish", false, "publish this node's VF identities into its NodeVFSet for the fabric GUID ledger, "+
-			"and mirror the fabric controller's verdict into the state directory for guidPolicy require (docs/fabric.md; deploy/fabric)"),
+		fabric: fs.Bool("fabric-publish", os.Getenv("FABRIC_PUBLISH") == "true", "publish this node's VF identities into its NodeVFSet for the fabric GUID ledger, "+
+			"and mirror the fabric controller's verdict into the state directory for guidPolicy require (docs/fabric.md; deploy/fabric-publish; default true when $FABRIC_PUBLISH is true)"),
 	}
 }
 

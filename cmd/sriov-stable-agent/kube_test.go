@@ -44,6 +44,7 @@ func TestKubeFlags(t *testing.T) {
 	// in-cluster configuration and no node name unless a case gives one.
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	t.Setenv("NODE_NAME", "")
+	t.Setenv("FABRIC_PUBLISH", "")
 	state := t.TempDir()
 	kubeconfig := writeKubeconfig(t, "https://127.0.0.1:1")
 	for _, tc := range []struct {
@@ -51,6 +52,7 @@ func TestKubeFlags(t *testing.T) {
 		output string
 	}{
 		{[]string{"--taint-on-error"}, "--taint-on-error needs --kubeconfig or --in-cluster"},
+		{[]string{"--fabric-publish"}, "--fabric-publish needs --kubeconfig or --in-cluster"},
 		{[]string{"--kubeconfig", filepath.Join(state, "none")}, "--kubeconfig: stat " + filepath.Join(state, "none")},
 		{[]string{"--kubeconfig", kubeconfig, "--in-cluster"}, "--kubeconfig and --in-cluster exclude each other"},
 		{[]string{"--in-cluster"}, "--in-cluster: unable to load in-cluster configuration"},
@@ -65,6 +67,12 @@ func TestKubeFlags(t *testing.T) {
 	if code, out, _ := runAgent(context.Background(), "monitor", "--help"); code != 0 || !strings.Contains(out, "-node-name string") ||
 		!strings.Contains(out, "default $NODE_NAME") {
 		t.Errorf("monitor --help does not show --node-name:\n%s", out)
+	}
+	// deploy/fabric-publish turns it on by the environment.
+	t.Setenv("FABRIC_PUBLISH", "true")
+	args := []string{"monitor", "--state-dir", state, "--listen", "127.0.0.1:0"}
+	if code, _, errOut := runAgent(context.Background(), args...); code != 2 || !strings.Contains(errOut, "--fabric-publish needs") {
+		t.Errorf("sriov-stable-agent %v with FABRIC_PUBLISH=true: exit %d, want 2 asking for the API:\n%s", args, code, errOut)
 	}
 }
 

@@ -64,9 +64,14 @@ images:
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
 		return nil, err
 	}
-	resMap, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), overlay)
+	return kustomizeBuild(overlay)
+}
+
+// kustomizeBuild is kubectl kustomize dir, as objects.
+func kustomizeBuild(dir string) ([]*unstructured.Unstructured, error) {
+	resMap, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
-		return nil, fmt.Errorf("kustomize build %s: %w", overlay, err)
+		return nil, fmt.Errorf("kustomize build %s: %w", dir, err)
 	}
 	var objs []*unstructured.Unstructured
 	for _, r := range resMap.Resources() {
