@@ -38,6 +38,12 @@ const (
 // version, and the components of deploy/ named
 // (issue 17's reporting: "../kube-reporting").
 func renderDaemonSet(version string, components ...string) ([]*unstructured.Unstructured, error) {
+	return renderOverlay("../daemonset", version, components...)
+}
+
+// renderOverlay renders base (a directory of deploy/, relative to an
+// overlay in it) with the e2e's image at version and components.
+func renderOverlay(base, version string, components ...string) ([]*unstructured.Unstructured, error) {
 	dir := filepath.Join(*workDir, "deploy")
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, err
@@ -52,12 +58,12 @@ func renderDaemonSet(version string, components ...string) ([]*unstructured.Unst
 	kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
-  - ../daemonset
+  - %s
 images:
   - name: ghcr.io/sriov-stable-cni/sriov-stable-cni
     newName: %s
     newTag: %s
-`, *imageName, version)
+`, base, *imageName, version)
 	if len(components) > 0 {
 		kustomization += "components:\n  - " + strings.Join(components, "\n  - ") + "\n"
 	}

@@ -61,23 +61,11 @@ func TestSEFabricLedger(t *testing.T) {
 		for _, name := range []string{kubecluster.NodeName, simNode} {
 			_ = c.deleteNodeVFSet(ctx, name)
 		}
-		if err := c.deleteObjects(ctx, objs); err != nil {
+		if err := c.deleteFabric(ctx, objs); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
-	if err := c.Apply(ctx, objs); err != nil {
-		t.Fatal(err)
-	}
-	admin, err := fabricclient.New(c.REST)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := kubecluster.WaitFor(30*time.Second, 200*time.Millisecond, "NodeVFSets served", func() (bool, error) {
-		_, err := admin.List(ctx, metav1.ListOptions{})
-		return err == nil, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	admin := c.applyFabric(t, objs)
 	node, err := c.Client.CoreV1().Nodes().Get(ctx, kubecluster.NodeName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -133,8 +121,15 @@ func TestSEFabricLedger(t *testing.T) {
 			return err
 		}},
 	}
-	// The simulated node, published by the admin: the VF that came first.
-	if _, err := publish.New(admin, simNode, "uid-sim").Publish(ctx, []v1alpha1.VF{vf("0000:18:00.2", shared, start)}); err != nil {
+	// The simulated node (a Node object, so that the garbage collector
+	// keeps the NodeVFSet it owns), published by the admin: the VF that
+	// came first.
+	sim, err := c.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: simNode}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Client.CoreV1().Nodes().Delete(ctx, simNode, metav1.DeleteOptions{}) })
+	if _, err := publish.New(admin, simNode, sim.UID).Publish(ctx, []v1alpha1.VF{vf("0000:18:00.2", shared, start)}); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range deniedReqs {
@@ -300,6 +295,41 @@ func (c *cluster) mapping(o *unstructured.Unstructured) (schema.GroupVersionReso
 	return m.Resource, nil
 }
 
+// applyFabric applies objs and waits until NodeVFSets are served; it
+// returns the admin's client of them.
+func (c *cluster) applyFabric(t *testing.T, objs []*unstructured.Unstructured) fabricclient.Client {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.Apply(ctx, objs); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := fabricclient.New(c.REST)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kubecluster.WaitFor(30*time.Second, 200*time.Millisecond, "NodeVFSets served", func() (bool, error) {
+		_, err := admin.List(ctx, metav1.ListOptions{})
+		return err == nil, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return admin
+}
+
+// deleteFabric deletes what fabricObjects or deploy/fabric gave and waits
+// until the CRD is gone (its objects with it), so that a scenario after
+// creates it anew rather than applying over one being deleted.
+func (c *cluster) deleteFabric(ctx context.Context, objs []*unstructured.Unstructured) error {
+	if err := c.deleteObjects(ctx, objs); err != nil {
+		return err
+	}
+	return kubecluster.WaitFor(60*time.Second, 200*time.Millisecond, "the NodeVFSet CRD gone", func() (bool, error) {
+		_, err := c.Dynamic.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1",
+			Resource: "customresourcedefinitions"}).Get(ctx, v1alpha1.Resource+"."+v1alpha1.Group, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), err
+	})
+}
+
 func (c *cluster) deleteNodeVFSet(ctx context.Context, name string) error {
 	admin, err := fabricclient.New(c.REST)
 	if err != nil {
@@ -342,4 +372,188 @@ func managers(s *v1alpha1.NodeVFSet) string {
 		}
 	}
 	return "spec:" + strings.Join(spec, ",") + " status:" + strings.Join(status, ",")
+}
+
+// TestSEFabricDeployed (scenario 14, as shipped): deploy/fabric's
+// Deployment (2 replicas, one leading) and the DaemonSet with
+// kube-reporting and fabric-publish. The node's agent publishes the
+// fixture's VFs; a simulated node (a Node object without a kubelet) then
+// publishes the same node GUIDs, earlier. Within 5 s both statuses say so,
+// the node has a FabricGUIDConflict Event and the leader's metrics count
+// the duplicates; the agent mirrors the verdict and the plugin refuses a
+// pod's VF (error 102) naming the simulated node. The simulated node's
+// GUIDs fixed, both clear within 5 s and the pod starts.
+func TestSEFabricDeployed(t *testing.T) {
+	c := mustCluster(t)
+	c.ensureNADs(t)
+	ctx := context.Background()
+	ds, err := c.Client.AppsV1().DaemonSets(daemonSetNamespace).Get(ctx, daemonSetName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := strings.TrimPrefix(ds.Spec.Template.Spec.Containers[0].Image, *imageName+":")
+	fabric, err := renderOverlay("../fabric", version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: simNode}}
+	t.Cleanup(func() {
+		_ = c.DeletePods(ctx, 60*time.Second, "fabric-dup")
+		_ = c.Client.CoreV1().Nodes().Delete(ctx, simNode, metav1.DeleteOptions{})
+		if err := c.deleteFabric(ctx, fabric); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+		reportingNow = "" // the next reporting scenario deploys its own
+	})
+	admin := c.applyFabric(t, fabric)
+	objs, err := renderDaemonSet(version, componentReporting, "../fabric-publish")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reportingNow = ""
+	if _, err := c.applyDaemonSet(ctx, objs, version, 120*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var leader string
+	if err := kubecluster.WaitFor(120*time.Second, 250*time.Millisecond, "the controller's 2 replicas ready, one leading", func() (bool, error) {
+		d, err := c.Client.AppsV1().Deployments(daemonSetNamespace).Get(ctx, "sriov-stable-fabric", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		l, err := c.Client.CoordinationV1().Leases(daemonSetNamespace).Get(ctx, "sriov-stable-fabric", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return false, fmt.Errorf("deployment %+v; lease: %v", d.Status, err)
+		}
+		leader = *l.Spec.HolderIdentity
+		return d.Status.ReadyReplicas == 2, fmt.Errorf("deployment %+v", d.Status)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var own *v1alpha1.NodeVFSet
+	if err := kubecluster.WaitFor(60*time.Second, 250*time.Millisecond, "the agent's NodeVFSet of every fixture VF", func() (bool, error) {
+		own, err = admin.Get(ctx, kubecluster.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return len(own.Spec.VFs) == len(c.Node.VFs), fmt.Errorf("%d VFs published, want %d", len(own.Spec.VFs), len(c.Node.VFs))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.CoreV1().Nodes().Create(ctx, sim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sim, err = c.Client.CoreV1().Nodes().Get(ctx, simNode, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every VF of the pod's pool, published an hour earlier on the
+	// simulated node: whichever VF the pod gets came second.
+	var copied []v1alpha1.VF
+	for _, v := range own.Spec.VFs {
+		if v.PCI == c.Node.ZeroGUID.PCI {
+			continue
+		}
+		copied = append(copied, v1alpha1.VF{PCI: v.PCI, PF: v.PF, NodeGUID: v.NodeGUID, LinkLayer: v.LinkLayer, PortState: v.PortState,
+			Since: metav1.NewTime(v.Since.Add(-time.Hour))})
+	}
+	simPub := publish.New(admin, simNode, sim.UID)
+	injected := time.Now()
+	if _, err := simPub.Publish(ctx, copied); err != nil {
+		t.Fatal(err)
+	}
+	allSecond := func(st v1alpha1.NodeVFSetStatus, second bool) bool {
+		n := 0
+		for _, f := range st.Findings {
+			if f.Kind == v1alpha1.DuplicateNodeGUID && f.Second == second {
+				n++
+			}
+		}
+		return n == len(copied)
+	}
+	status := func(name string) v1alpha1.NodeVFSetStatus {
+		s, err := admin.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return v1alpha1.NodeVFSetStatus{}
+		}
+		return s.Status
+	}
+	if err := kubecluster.WaitFor(5*time.Second, 50*time.Millisecond, "the duplicates in both statuses", func() (bool, error) {
+		return allSecond(status(kubecluster.NodeName), true) && allSecond(status(simNode), false), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	inStatus := time.Since(injected)
+	if err := kubecluster.WaitFor(5*time.Second, 100*time.Millisecond, "FabricGUIDConflict events on both nodes", func() (bool, error) {
+		a, err := c.EventsOf(ctx, "Node", kubecluster.NodeName, controller.ReasonGUIDConflict)
+		if err != nil {
+			return false, err
+		}
+		b, err := c.EventsOf(ctx, "Node", simNode, controller.ReasonGUIDConflict)
+		return len(a) > 0 && len(b) > 0, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	inEvents := time.Since(injected)
+	metric := fmt.Sprintf(`sriov_stable_fabric_duplicate_guids{kind="%s"} %d`, v1alpha1.DuplicateNodeGUID, len(copied))
+	var body []byte
+	if err := kubecluster.WaitFor(5*time.Second, 100*time.Millisecond, "the leader's metrics counting them", func() (bool, error) {
+		body, err = c.Client.CoreV1().Pods(daemonSetNamespace).ProxyGet("http", leader, "9812", "/metrics", nil).DoRaw(ctx)
+		return err == nil && strings.Contains(string(body), metric), err
+	}); err != nil {
+		t.Fatalf("%v; want %q in:\n%s", err, metric, grepLines(string(body), "sriov_stable_fabric_"))
+	}
+	inMetrics := time.Since(injected)
+
+	// The plugin refuses the pod's VF, naming the node that came first.
+	if _, err := c.CreatePod(ctx, kubecluster.PodSpec("fabric-dup", nadVF, kubecluster.ResourceVF)); err != nil {
+		t.Fatal(err)
+	}
+	var refusal string
+	if err := kubecluster.WaitFor(90*time.Second, 500*time.Millisecond, "the plugin's refusal naming "+simNode, func() (bool, error) {
+		for _, e := range c.PodEvents(ctx, "fabric-dup", corev1.EventTypeWarning) {
+			if e.Reason == "FailedCreatePodSandBox" && strings.Contains(e.Message, "error 102") && strings.Contains(e.Message, simNode) {
+				refusal = e.Message
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("events: %s", c.PodTrouble("fabric-dup"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kubectl describe pod fabric-dup shows:\n  Warning  FailedCreatePodSandBox  %s", refusal)
+
+	// Fixed on the simulated node: both clear, and the pod starts.
+	for i := range copied {
+		copied[i].NodeGUID = fmt.Sprintf("a288:c2ff:fe77:%04x", i)
+	}
+	fixed := time.Now()
+	if _, err := simPub.Publish(ctx, copied); err != nil {
+		t.Fatal(err)
+	}
+	if err := kubecluster.WaitFor(5*time.Second, 50*time.Millisecond, "both statuses clear of duplicates", func() (bool, error) {
+		return allSecond(status(kubecluster.NodeName), true) == false && len(status(simNode).Findings) == 0 &&
+			!slices.ContainsFunc(status(kubecluster.NodeName).Findings, func(f v1alpha1.Finding) bool { return f.Kind == v1alpha1.DuplicateNodeGUID }), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cleared := time.Since(fixed)
+	if _, err := c.WaitRunning(ctx, "fabric-dup", 180*time.Second); err != nil {
+		t.Fatalf("%v: %s", err, c.PodTrouble("fabric-dup"))
+	}
+	podUp := time.Since(fixed)
+	figf("14 fabric", "shipped controller: duplicate injected on a simulated node", "in both statuses %s, Events %s, metrics %s",
+		inStatus.Round(time.Millisecond), inEvents.Round(time.Millisecond), inMetrics.Round(time.Millisecond))
+	figf("14 fabric", "shipped controller: the duplicate fixed", "cleared in both statuses %s; the refused pod running %.1f s after the fix",
+		cleared.Round(time.Millisecond), podUp.Seconds())
+}
+
+// grepLines are the lines of text that contain s.
+func grepLines(text, s string) string {
+	var out []string
+	for l := range strings.SplitSeq(text, "\n") {
+		if strings.Contains(l, s) && !strings.HasPrefix(l, "#") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -61,6 +61,9 @@ const (
 	keyVerdicts = "verdicts" // mirror the status into the state directory
 )
 
+// maxRetry bounds the backoff of a failed publish or mirror.
+const maxRetry = time.Minute
+
 // uidRetry is how soon a publish waiting for the node's UID tries again.
 const uidRetry = 500 * time.Millisecond
 
@@ -115,7 +118,10 @@ func New(cfg Config) (*Syncer, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Syncer{cfg: cfg, log: cfg.Logger, status: Status{Err: map[string]string{}},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		// Retries back off to a minute, not client-go's default 16: the
+		// CRD installed after the agents (or the API server back) is
+		// published within a minute.
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, maxRetry),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "sriov-stable-fabric-node"}),
 	}
 	own := fields.OneTermEqualSelector("metadata.name", cfg.Node).String()
