@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# make test: make test-quick, make lab, then make cluster-e2e, stopping at the
-# first that fails. Meanwhile the e2e's upstream components (Kubernetes, etcd,
+# make test: make test-quick, make lab, make cluster-e2e, then make
+# fleet-bench at a small size (FLEET_SMOKE: 20 and 50 nodes, a 30 s idle
+# window; its figures are not written anywhere, its checks must all hold),
+# stopping at the first that fails. Meanwhile the e2e's upstream components (Kubernetes, etcd,
 # containerd, runc, Multus, kubectl, kube-proxy: integration/cluster/build.sh)
 # are built in the background under SCHED_IDLE, so on a cold machine their
 # build uses the CPU the other suites leave idle and never slows them (an idle
@@ -48,3 +50,4 @@ fi
 sed 's/^/test: background: /' "$log"
 say "waited $((SECONDS - t1))s for the background build after test-quick and lab ($((t1 - t0))s)"
 "$MAKE" -C "$ROOT" --no-print-directory cluster-e2e
+"$MAKE" -C "$ROOT" --no-print-directory fleet-bench FLEET_FLAGS="${FLEET_SMOKE:--scales 20,50 -injections 10 -idle 30s}"

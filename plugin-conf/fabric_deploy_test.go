@@ -146,4 +146,10 @@ func TestFabricManifests(t *testing.T) {
 		!slices.Contains(cs[0].Env, corev1.EnvVar{Name: "FABRIC_PUBLISH", Value: "true"}) || len(cs[0].Args) > 0 || len(cs[0].Command) > 0 {
 		t.Errorf("the DaemonSet patch %+v: want FABRIC_PUBLISH=true on the monitor, its command and args left alone", cs)
 	}
+	taint := decodeAll(t, filepath.Join("..", "deploy", "fabric-taint", "daemonset-patch.yaml"))
+	ds = taint["DaemonSet/sriov-stable-cni"].(*appsv1.DaemonSet)
+	if cs := ds.Spec.Template.Spec.Containers; len(cs) != 1 || cs[0].Name != "monitor" ||
+		!slices.Equal(cs[0].Env, []corev1.EnvVar{{Name: "FABRIC_TAINT", Value: "true"}}) || len(cs[0].Args) > 0 || len(cs[0].Command) > 0 {
+		t.Errorf("deploy/fabric-taint's DaemonSet patch %+v: want FABRIC_TAINT=true alone on the monitor", cs)
+	}
 }

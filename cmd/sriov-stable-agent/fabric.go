@@ -67,6 +67,8 @@ func runFabric(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	identity := fs.String("identity", envOr("POD_NAME", host), "this replica's name in the Lease (default $POD_NAME, else the host name)")
 	listen := fs.String("listen", ":9812", "address for /metrics and /healthz")
 	workers := fs.Int("workers", 4, "status writers while leading")
+	qps := fs.Float64("kube-api-qps", 50, "requests per second to the API server, on average (client-go's default, 5, writes a first status of 1,000 nodes in 200 s)")
+	burst := fs.Int("kube-api-burst", 100, "requests to the API server in a burst")
 	if code, ok := c.Parse(args); !ok {
 		return code
 	}
@@ -79,7 +81,11 @@ func runFabric(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if *leaseNS == "" {
 		return c.Fail(cmdline.ExitUsage, "--lease-namespace (or POD_NAMESPACE from the downward API) is required")
 	}
+	if *qps <= 0 || *burst <= 0 {
+		return c.Fail(cmdline.ExitUsage, "--kube-api-qps and --kube-api-burst must be positive (got %g and %d)", *qps, *burst)
+	}
 	rc = rest.AddUserAgent(rc, "sriov-stable-fabric")
+	rc.QPS, rc.Burst = float32(*qps), *burst
 	fc, err := fabricclient.New(rc)
 	if err != nil {
 		return c.Fail(cmdline.ExitFailure, "%v", err)
@@ -104,6 +110,25 @@ func runFabric(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	ctl := controller.New(controller.Config{Client: fc, Recorder: recorder, Logger: log, Workers: *workers})
 
+	srv, addr, err := serveFabric(ctl, *listen)
+	if err != nil {
+		return c.Fail(cmdline.ExitFailure, "listen for metrics: %v", err)
+	}
+	defer srv.Close()
+	log.Info("fabric controller starting", "identity", *identity, "lease", *leaseNS+"/"+*leaseName, "metrics", addr)
+
+	done := make(chan struct{})
+	go func() { defer close(done); ctl.Run(ctx) }()
+	// A replica that loses the Lease stands by and campaigns again: its
+	// ledger stays warm.
+	elector.Run(ctx, ctl.Lead)
+	<-done
+	return cmdline.ExitOK
+}
+
+// serveFabric serves the controller's /metrics and /healthz (200 once its
+// informer has listed) on listen.
+func serveFabric(ctl *controller.Controller, listen string) (*http.Server, string, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), fabricCollector{ctl})
 	mux := http.NewServeMux()
@@ -115,22 +140,13 @@ func runFabric(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		return c.Fail(cmdline.ExitFailure, "listen for metrics: %v", err)
+		return nil, "", err
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
-	log.Info("fabric controller starting", "identity", *identity, "lease", *leaseNS+"/"+*leaseName, "metrics", ln.Addr().String())
-
-	done := make(chan struct{})
-	go func() { defer close(done); ctl.Run(ctx) }()
-	// A replica that loses the Lease stands by and campaigns again: its
-	// ledger stays warm.
-	elector.Run(ctx, ctl.Lead)
-	<-done
-	return cmdline.ExitOK
+	return srv, ln.Addr().String(), nil
 }
 
 func envOr(name, def string) string {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/fabricclient"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/nodesync"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/kubereport"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs"
@@ -31,6 +32,7 @@ type kubeFlags struct {
 	taintOnError *bool
 	taintEffect  *string
 	fabric       *bool
+	fabricTaint  *bool
 }
 
 func addKubeFlags(fs *flag.FlagSet) *kubeFlags {
@@ -44,6 +46,8 @@ func addKubeFlags(fs *flag.FlagSet) *kubeFlags {
 			"from allocating an unhealthy VF, None only marks it (Kubernetes 1.35 and later)"),
 		fabric: fs.Bool("fabric-publish", os.Getenv("FABRIC_PUBLISH") == "true", "publish this node's VF identities into its NodeVFSet for the fabric GUID ledger, "+
 			"and mirror the fabric controller's verdict into the state directory for guidPolicy require (docs/fabric.md; deploy/fabric-publish; default true when $FABRIC_PUBLISH is true)"),
+		fabricTaint: fs.Bool("fabric-taint", os.Getenv("FABRIC_TAINT") == "true", "with --fabric-publish: a DeviceTaintRule, key "+finding.TaintFabricGUID+
+			", for each VF of the node the fabric controller found second to a GUID another VF of the cluster holds (docs/fabric.md; default true when $FABRIC_TAINT is true)"),
 	}
 }
 
@@ -69,6 +73,8 @@ func (f *kubeFlags) restConfig() (*rest.Config, error) {
 		return nil, errors.New("--taint-on-error needs --kubeconfig or --in-cluster")
 	case *f.fabric:
 		return nil, errors.New("--fabric-publish needs --kubeconfig or --in-cluster")
+	case *f.fabricTaint:
+		return nil, errors.New("--fabric-taint needs --fabric-publish and --kubeconfig or --in-cluster")
 	}
 	return nil, nil
 }
@@ -83,6 +89,9 @@ func (f *kubeFlags) start(ctx context.Context, doctorOn bool, store *state.Store
 	rc, err := f.restConfig()
 	if err != nil || rc == nil {
 		return nil, nil, func() {}, err
+	}
+	if *f.fabricTaint && !*f.fabric {
+		return nil, nil, func() {}, errors.New("--fabric-taint needs --fabric-publish: the taints follow the verdicts it mirrors")
 	}
 	if *f.nodeName == "" {
 		return nil, nil, func() {}, errors.New("telling Kubernetes needs the node's name: --node-name, or NODE_NAME from the downward API's spec.nodeName")
@@ -104,8 +113,12 @@ func (f *kubeFlags) start(ctx context.Context, doctorOn bool, store *state.Store
 		}
 		// The reporter's watch of the node knows its UID, the NodeVFSet's
 		// owner; rep is set before the syncer runs.
-		if fabric, err = nodesync.New(nodesync.Config{Client: fc, Node: *f.nodeName, Sysfs: sys, Store: store, Logger: log,
-			NodeUID: func() (types.UID, bool) { return rep.NodeUID() }}); err != nil {
+		cfg := nodesync.Config{Client: fc, Node: *f.nodeName, Sysfs: sys, Store: store, Logger: log,
+			NodeUID: func() (types.UID, bool) { return rep.NodeUID() }}
+		if *f.fabricTaint {
+			cfg.OnVerdicts = func(vfs map[string][]state.FabricFinding) { rep.Fabric(vfs) }
+		}
+		if fabric, err = nodesync.New(cfg); err != nil {
 			return nil, nil, func() {}, err
 		}
 	}

@@ -45,6 +45,7 @@ func TestKubeFlags(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	t.Setenv("NODE_NAME", "")
 	t.Setenv("FABRIC_PUBLISH", "")
+	t.Setenv("FABRIC_TAINT", "")
 	state := t.TempDir()
 	kubeconfig := writeKubeconfig(t, "https://127.0.0.1:1")
 	for _, tc := range []struct {
@@ -53,6 +54,8 @@ func TestKubeFlags(t *testing.T) {
 	}{
 		{[]string{"--taint-on-error"}, "--taint-on-error needs --kubeconfig or --in-cluster"},
 		{[]string{"--fabric-publish"}, "--fabric-publish needs --kubeconfig or --in-cluster"},
+		{[]string{"--fabric-taint"}, "--fabric-taint needs --fabric-publish and --kubeconfig or --in-cluster"},
+		{[]string{"--kubeconfig", kubeconfig, "--fabric-taint"}, "--fabric-taint needs --fabric-publish: the taints follow the verdicts it mirrors"},
 		{[]string{"--kubeconfig", filepath.Join(state, "none")}, "--kubeconfig: stat " + filepath.Join(state, "none")},
 		{[]string{"--kubeconfig", kubeconfig, "--in-cluster"}, "--kubeconfig and --in-cluster exclude each other"},
 		{[]string{"--in-cluster"}, "--in-cluster: unable to load in-cluster configuration"},

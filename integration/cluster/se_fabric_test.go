@@ -26,7 +26,9 @@ import (
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/fabricclient"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/publish"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/v1alpha1"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/kubereport"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
 )
 
 const (
@@ -406,7 +408,7 @@ func TestSEFabricDeployed(t *testing.T) {
 		reportingNow = "" // the next reporting scenario deploys its own
 	})
 	admin := c.applyFabric(t, fabric)
-	objs, err := renderDaemonSet(version, componentReporting, "../fabric-publish")
+	objs, err := renderDaemonSet(version, componentReporting, "../fabric-publish", "../fabric-taint")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,6 +447,20 @@ func TestSEFabricDeployed(t *testing.T) {
 	sim, err = c.Client.CoreV1().Nodes().Get(ctx, simNode, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Two of the fixture's VFs published by a DRA driver: the fabric
+	// verdict taints them (deploy/fabric-taint).
+	tainted := []sysfstest.DGXVF{c.Node.VFs[0], c.Node.VFs[1]}
+	if err := c.publishVFs(ctx, tainted...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Client.ResourceV1().ResourceSlices().Delete(ctx, draSlice, metav1.DeleteOptions{})
+		_ = c.Client.ResourceV1().DeviceClasses().Delete(ctx, draDeviceClass, metav1.DeleteOptions{})
+	})
+	fabricTaints := map[string]string{}
+	for _, vf := range tainted {
+		fabricTaints[deviceName(vf.PCI)] = finding.TaintFabricGUID + "=duplicate-node-guid"
 	}
 	// Every VF of the pod's pool, published an hour earlier on the
 	// simulated node: whichever VF the pod gets came second.
@@ -503,6 +519,13 @@ func TestSEFabricDeployed(t *testing.T) {
 		t.Fatalf("%v; want %q in:\n%s", err, metric, grepLines(string(body), "sriov_stable_fabric_"))
 	}
 	inMetrics := time.Since(injected)
+	if _, err := c.waitDeviceTaints(ctx, fabricTaints); err != nil {
+		t.Fatal(err)
+	}
+	inTaints := time.Since(injected)
+	if inTaints > 5*time.Second {
+		t.Errorf("the second holder's DeviceTaintRules %s after the duplicate was published, want within 5 s", inTaints.Round(time.Millisecond))
+	}
 
 	// The plugin refuses the pod's VF, naming the node that came first.
 	if _, err := c.CreatePod(ctx, kubecluster.PodSpec("fabric-dup", nadVF, kubecluster.ResourceVF)); err != nil {
@@ -537,14 +560,18 @@ func TestSEFabricDeployed(t *testing.T) {
 		t.Fatal(err)
 	}
 	cleared := time.Since(fixed)
+	if _, err := c.waitDeviceTaints(ctx, map[string]string{}); err != nil {
+		t.Fatal(err)
+	}
+	untainted := time.Since(fixed)
 	if _, err := c.WaitRunning(ctx, "fabric-dup", 180*time.Second); err != nil {
 		t.Fatalf("%v: %s", err, c.PodTrouble("fabric-dup"))
 	}
 	podUp := time.Since(fixed)
-	figf("14 fabric", "shipped controller: duplicate injected on a simulated node", "in both statuses %s, Events %s, metrics %s",
-		inStatus.Round(time.Millisecond), inEvents.Round(time.Millisecond), inMetrics.Round(time.Millisecond))
-	figf("14 fabric", "shipped controller: the duplicate fixed", "cleared in both statuses %s; the refused pod running %.1f s after the fix",
-		cleared.Round(time.Millisecond), podUp.Seconds())
+	figf("14 fabric", "shipped controller: duplicate injected on a simulated node", "in both statuses %s, Events %s, metrics %s, DeviceTaintRules %s",
+		inStatus.Round(time.Millisecond), inEvents.Round(time.Millisecond), inMetrics.Round(time.Millisecond), inTaints.Round(time.Millisecond))
+	figf("14 fabric", "shipped controller: the duplicate fixed", "cleared in both statuses %s, DeviceTaintRules gone %s; the refused pod running %.1f s after the fix",
+		cleared.Round(time.Millisecond), untainted.Round(time.Millisecond), podUp.Seconds())
 }
 
 // grepLines are the lines of text that contain s.

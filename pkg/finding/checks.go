@@ -81,6 +81,10 @@ const (
 	TaintPortState = "sriov-stable-cni.io/port-state"
 	TaintLinkLayer = "sriov-stable-cni.io/link-layer"
 	TaintCarrier   = "sriov-stable-cni.io/carrier"
+	// TaintFabricGUID is the fabric controller's verdict, not a check's:
+	// the VF came second to a GUID another VF of the cluster holds
+	// (kubereport.Reporter.Fabric, opt-in).
+	TaintFabricGUID = "sriov-stable-cni.io/fabric-guid"
 )
 
 // Check is one check as the registry declares it: its name, what it

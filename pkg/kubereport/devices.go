@@ -204,7 +204,16 @@ func (r *Reporter) syncDevices(ctx context.Context, rep *doctor.Report) error {
 	if len(published) > 0 {
 		uid = r.nodeUID()
 	}
-	want := desiredRules(r.cfg.NodeName, uid, r.cfg.DeviceTaintEffect, pciDevices(published), vfProblems(rep))
+	problems := vfProblems(rep)
+	r.mu.Lock()
+	for pci, p := range r.fabric {
+		if problems[pci] == nil {
+			problems[pci] = map[string]problem{}
+		}
+		problems[pci][finding.TaintFabricGUID] = p
+	}
+	r.mu.Unlock()
+	want := desiredRules(r.cfg.NodeName, uid, r.cfg.DeviceTaintEffect, pciDevices(published), problems)
 	var errs []error
 	have := map[string]bool{}
 	for _, cur := range existing {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -21,6 +22,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/v1alpha1"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 )
 
 // Domain is the project's domain: the node condition, taint keys and
@@ -82,7 +85,10 @@ type Reporter struct {
 
 	mu     sync.Mutex
 	report *doctor.Report // the latest doctor report, nil before the first
-	gen    uint64         // how many reports came
+	// fabric are the VFs the fabric controller found second to a GUID
+	// (Fabric), with their problem under finding.TaintFabricGUID.
+	fabric map[string]problem
+	gen    uint64 // how many reports (doctor's or fabric's) came
 	synced map[string]uint64
 	// errs remembers each key's last error, so a failure that repeats on
 	// every retry is logged once.
@@ -195,6 +201,51 @@ func (r *Reporter) Doctor(rep *doctor.Report) {
 	r.mu.Unlock()
 	r.queue.Add(keyNode)
 	r.queue.Add(keyDevices)
+}
+
+// Fabric implements the opt-in device taint of the fabric ledger's
+// verdicts (nodesync.Config.OnVerdicts): each VF of the node that came
+// second to a GUID another VF of the cluster holds (a duplicate node or
+// port GUID, a system image GUID shared with another NIC) gets a
+// DeviceTaintRule under finding.TaintFabricGUID, so the scheduler stops
+// handing it out; the first holder keeps its VF. Who is second is decided
+// by when each GUID was first published, so it is the same after a
+// restart of either side.
+func (r *Reporter) Fabric(vfs map[string][]state.FabricFinding) {
+	problems := fabricProblems(vfs)
+	r.mu.Lock()
+	same := maps.Equal(r.fabric, problems) && r.fabric != nil
+	if !same {
+		r.fabric = problems
+		r.gen++
+	}
+	r.mu.Unlock()
+	if !same {
+		r.queue.Add(keyDevices)
+	}
+}
+
+// fabricValues are the taint values of the findings that taint the second
+// holder, by kind.
+var fabricValues = map[v1alpha1.FindingKind]string{
+	v1alpha1.DuplicateNodeGUID:  "duplicate-node-guid",
+	v1alpha1.DuplicatePortGUID:  "duplicate-port-guid",
+	v1alpha1.SharedSysImageGUID: "shared-sys-image-guid",
+}
+
+// fabricProblems keeps each VF's first finding (the controller's kind
+// order) that made it the second holder.
+func fabricProblems(vfs map[string][]state.FabricFinding) map[string]problem {
+	out := map[string]problem{}
+	for pci, fs := range vfs {
+		for _, f := range fs {
+			if v, ok := fabricValues[v1alpha1.FindingKind(f.Kind)]; ok && f.Second {
+				out[pci] = problem{value: v, message: "fabric ledger: " + f.Message}
+				break
+			}
+		}
+	}
+	return out
 }
 
 func (r *Reporter) latest() (*doctor.Report, uint64) {

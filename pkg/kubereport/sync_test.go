@@ -25,6 +25,7 @@ import (
 	"github.com/sriov-stable-cni/sriov-stable-cni/internal/testutil"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/drift"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/v1alpha1"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/finding"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/sysfs/sysfstest"
@@ -840,5 +841,56 @@ func TestSteadyStateNoRequests(t *testing.T) {
 	}
 	if len(extra) > 0 {
 		t.Errorf("%d requests for 20 unchanged reports, want none: %v", len(extra), extra)
+	}
+}
+
+// TestFabricSecondHolderTainted: the fabric verdict taints the VF that came
+// second to a GUID (one rule, key fabric-guid, the kind as its value), not
+// the first holder, nor a VF whose only finding is informational or
+// invalid (the doctor's own guid check taints those); the same verdict
+// again writes nothing, and the verdict cleared deletes the rule.
+func TestFabricSecondHolderTainted(t *testing.T) {
+	n := sysfstest.NewDGXH200(t)
+	pf := n.PFs[0]
+	second, first, info := pf.VFs[1], pf.VFs[2], pf.VFs[3]
+	h := newHarness(t, Config{}, nil, testNodeObject(), pciSlice("node-a-vfs", vfPCIs(pf.VFs)...))
+	h.round(report())
+
+	msg := "node GUID ba3f:d200:0001:0001 is also held by node gpu-07 VF 0000:18:00.2, which published it first"
+	verdict := map[string][]state.FabricFinding{
+		second.PCI: {{Kind: string(v1alpha1.DuplicateNodeGUID), GUID: "ba3f:d200:0001:0001", Second: true, Message: msg},
+			{Kind: string(v1alpha1.DuplicatePortGUID), GUID: "ba3f:d280:0001:0001", Second: true, Message: "port GUID too"}},
+		first.PCI: {{Kind: string(v1alpha1.DuplicateNodeGUID), GUID: "ba3f:d200:0001:0002", Message: "kept"}},
+		info.PCI:  {{Kind: string(v1alpha1.LinkLayerMismatch), GUID: "Ethernet", Second: true, Message: "rail"}, {Kind: string(v1alpha1.InvalidGUID), Second: true, Message: "zero"}},
+	}
+	sync := func(vfs map[string][]state.FabricFinding) {
+		t.Helper()
+		h.r.Fabric(vfs)
+		_, gen := h.r.latest()
+		h.waitFor("the sync of the fabric verdict", func() bool { return h.r.syncedReports(keyDevices) >= gen })
+	}
+	sync(verdict)
+	h.waitFor("the second holder's rule", func() bool { return len(h.ownRules()) == 1 })
+	var rule resourcev1.DeviceTaintRule
+	for _, r := range h.ownRules() {
+		rule = r
+	}
+	wantTaint := resourcev1.DeviceTaint{Key: finding.TaintFabricGUID, Value: "duplicate-node-guid", Effect: resourcev1.DeviceTaintEffectNoSchedule}
+	if diff := cmp.Diff(wantTaint, rule.Spec.Taint); diff != "" {
+		t.Errorf("taint (-want +got):\n%s", diff)
+	}
+	if got := rule.Annotations[annotationPCI]; got != second.PCI {
+		t.Errorf("rule for VF %s, want the second holder %s", got, second.PCI)
+	}
+	if got, want := rule.Annotations[annotationReason], "fabric ledger: "+msg; got != want {
+		t.Errorf("reason %q, want %q", got, want)
+	}
+	sync(verdict)     // the same verdict mirrored again: no write
+	h.round(report()) // a doctor round keeps it
+	sync(map[string][]state.FabricFinding{})
+	h.waitFor("the rule's removal", func() bool { return len(h.ownRules()) == 0 })
+	h.stop()
+	if diff := cmp.Diff([]string{"create " + rule.Name, "delete " + rule.Name}, h.writes("devicetaintrules")); diff != "" {
+		t.Errorf("DeviceTaintRule writes (-want +got):\n%s", diff)
 	}
 }

@@ -53,14 +53,20 @@ type Cluster struct {
 // namespaces, where the teardown may kill every process it finds. On error
 // it tears down what it started and returns both errors.
 func Start(cfg Config) (*Cluster, error) {
+	return launch(cfg, "start", (*Cluster).start)
+}
+
+// launch runs start on a new cluster of cfg, in the run stage only; on
+// error it tears down what start started and returns both errors.
+func launch(cfg Config, what string, start func(*Cluster) error) (*Cluster, error) {
 	if err := inRunStage(); err != nil {
-		return nil, fmt.Errorf("start: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
 	c := &Cluster{cfg: cfg, tb: harness.NewProgramTB()}
-	if err := c.start(); err != nil {
+	if err := start(c); err != nil {
 		if _, terr := c.Teardown(); terr != nil {
 			err = errors.Join(err, fmt.Errorf("teardown after the failed start: %w", terr))
 		}

@@ -20,13 +20,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/fabricclient"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/ledger"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/v1alpha1"
 )
@@ -95,17 +95,7 @@ func New(cfg Config) *Controller {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodevfsets"}),
 	}
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return cfg.Client.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return cfg.Client.Watch(ctx, o)
-		},
-	}
-	// A client that cannot stream the initial list (a test's tracker)
-	// says so, and the informer lists instead.
-	c.informer = cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, cfg.Client), &v1alpha1.NodeVFSet{}, 0, cache.Indexers{})
+	c.informer = fabricclient.NewInformer(cfg.Client, "")
 	_, _ = c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.observe(obj) },
 		UpdateFunc: func(_, obj any) { c.observe(obj) },

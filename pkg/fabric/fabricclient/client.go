@@ -5,13 +5,17 @@
 package fabricclient
 
 import (
+	"context"
 	"fmt"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/gentype"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/v1alpha1"
 )
@@ -54,4 +58,44 @@ func NewREST(cfg *rest.Config, gv schema.GroupVersion, s *runtime.Scheme) (*rest
 		c.UserAgent = rest.DefaultKubernetesUserAgent()
 	}
 	return rest.RESTClientFor(c)
+}
+
+// Lister is what an informer of NodeVFSets needs of a client: Client, or
+// a test's tracker.
+type Lister interface {
+	List(ctx context.Context, opts metav1.ListOptions) (*v1alpha1.NodeVFSetList, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+}
+
+// NewInformer is a shared informer, without resync, of the NodeVFSets c
+// serves that fieldSelector selects ("" for all of them: the controller's;
+// metadata.name=<node> for a node agent's own). A client that cannot
+// stream the initial list (a test's tracker) says so, and the informer
+// lists instead. Its cache holds the objects without their managed
+// fields, which no reader of it needs: a server-side applied NodeVFSet's
+// field sets name every VF's every field again, for each manager.
+func NewInformer(c Lister, fieldSelector string) cache.SharedIndexInformer {
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			if fieldSelector != "" {
+				o.FieldSelector = fieldSelector
+			}
+			return c.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			if fieldSelector != "" {
+				o.FieldSelector = fieldSelector
+			}
+			return c.Watch(ctx, o)
+		},
+	}
+	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, c), &v1alpha1.NodeVFSet{}, 0, cache.Indexers{})
+	// Set before the informer runs: it cannot fail.
+	_ = inf.SetTransform(func(obj any) (any, error) {
+		if o, ok := obj.(metav1.Object); ok {
+			o.SetManagedFields(nil)
+		}
+		return obj, nil
+	})
+	return inf
 }

@@ -21,13 +21,13 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/doctor"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/fabricclient"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/publish"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/v1alpha1"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/state"
@@ -53,6 +53,10 @@ type Config struct {
 	Sysfs   sysfs.Reader
 	Store   *state.Store
 	Logger  *slog.Logger
+	// OnVerdicts, when set, gets the node's findings by VF each time the
+	// mirrored verdict changes (the Kubernetes reporter's opt-in device
+	// taints, kubereport.Reporter.Fabric). It must not block.
+	OnVerdicts func(map[string][]state.FabricFinding)
 }
 
 // The work items.
@@ -124,18 +128,7 @@ func New(cfg Config) (*Syncer, error) {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, maxRetry),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "sriov-stable-fabric-node"}),
 	}
-	own := fields.OneTermEqualSelector("metadata.name", cfg.Node).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = own
-			return cfg.Client.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = own
-			return cfg.Client.Watch(ctx, o)
-		},
-	}
-	s.informer = cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, cfg.Client), &v1alpha1.NodeVFSet{}, 0, cache.Indexers{})
+	s.informer = fabricclient.NewInformer(cfg.Client, fields.OneTermEqualSelector("metadata.name", cfg.Node).String())
 	_, _ = s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { s.queue.Add(keyVerdicts) },
 		UpdateFunc: func(any, any) { s.queue.Add(keyVerdicts) },
@@ -310,5 +303,8 @@ func (s *Syncer) mirror() error {
 	s.mirrored, s.status.Verdicts = vfs, len(vfs)
 	s.mu.Unlock()
 	s.log.Info("fabric ledger: mirrored the controller's verdict", "node", s.cfg.Node, "vfsWithFindings", len(vfs))
+	if s.cfg.OnVerdicts != nil {
+		s.cfg.OnVerdicts(vfs)
+	}
 	return nil
 }

@@ -3,7 +3,9 @@ package nodesync
 import (
 	"context"
 	"log/slog"
+	"reflect"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,11 +35,11 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // start runs a syncer for node over api, with the fixture's sysfs and a
 // state directory of its own, until the test ends.
-func start(t *testing.T, api *fabrictest.Tracker, root string, uid func() (types.UID, bool)) (*Syncer, *state.Store) {
+func start(t *testing.T, api *fabrictest.Tracker, root string, uid func() (types.UID, bool), onVerdicts func(map[string][]state.FabricFinding)) (*Syncer, *state.Store) {
 	t.Helper()
 	store := state.NewStore(t.TempDir())
 	s, err := New(Config{Client: api, Node: node, NodeUID: uid, Sysfs: sysfs.Reader{Root: root}, Store: store,
-		Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+		Logger: slog.New(slog.NewTextHandler(t.Output(), nil)), OnVerdicts: onVerdicts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +60,7 @@ func TestPublishesOnUIDThenOnRecordChange(t *testing.T) {
 	n := sysfstest.NewDGXH200(t)
 	api := fabrictest.New(t, publish.FieldManager, controller.FieldManager)
 	var known atomic.Bool
-	_, store := start(t, api, n.Root, func() (types.UID, bool) { return "uid-a", known.Load() })
+	_, store := start(t, api, n.Root, func() (types.UID, bool) { return "uid-a", known.Load() }, nil)
 	time.Sleep(200 * time.Millisecond)
 	if api.Object(node) != nil {
 		t.Fatal("published before the node's UID was known")
@@ -96,7 +98,8 @@ func TestPublishesOnUIDThenOnRecordChange(t *testing.T) {
 // The controller's verdict on the node's VFs reaches the state directory:
 // a VF whose GUID another node published first is mirrored as second,
 // naming that node; the other node's GUID fixed, the verdict is empty
-// again.
+// again. Each change of the mirrored verdict is handed to OnVerdicts (the
+// reporter's fabric taints).
 func TestMirrorsTheVerdict(t *testing.T) {
 	n := sysfstest.NewDGXH200(t)
 	api := fabrictest.New(t, publish.FieldManager, controller.FieldManager)
@@ -109,7 +112,15 @@ func TestMirrorsTheVerdict(t *testing.T) {
 	go func() { ctl.Lead(ctx); done <- struct{}{} }()
 	t.Cleanup(func() { cancel(); <-done; <-done })
 
-	s, store := start(t, api, n.Root, func() (types.UID, bool) { return "uid-a", true })
+	var (
+		mu     sync.Mutex
+		handed []map[string][]state.FabricFinding
+	)
+	s, store := start(t, api, n.Root, func() (types.UID, bool) { return "uid-a", true }, func(vfs map[string][]state.FabricFinding) {
+		mu.Lock()
+		defer mu.Unlock()
+		handed = append(handed, vfs)
+	})
 	verdict := func() []state.FabricFinding {
 		v, err := store.LoadFabricVerdicts()
 		if err != nil {
@@ -118,7 +129,8 @@ func TestMirrorsTheVerdict(t *testing.T) {
 		return v.VFs[vf.PCI]
 	}
 	waitFor(t, "the VF's verdict mirrored", func() bool { return len(verdict()) > 0 })
-	f := verdict()[0]
+	verdict0 := verdict()
+	f := verdict0[0]
 	if f.Kind != string(v1alpha1.DuplicateNodeGUID) || !f.Second || f.GUID != vf.NodeGUID || !slices.Contains(f.Others, "gpu-b/0000:18:00.2") {
 		t.Errorf("verdict %+v, want DuplicateNodeGUID %s, second, gpu-b/0000:18:00.2 the other holder", f, vf.NodeGUID)
 	}
@@ -131,5 +143,14 @@ func TestMirrorsTheVerdict(t *testing.T) {
 		v, err := store.LoadFabricVerdicts()
 		return err == nil && len(v.VFs) == 0
 	})
-
+	mu.Lock()
+	defer mu.Unlock()
+	// The first mirror (no object yet: no findings) may come before the
+	// finding; then the finding, then its clearing.
+	if len(handed) > 0 && len(handed[0]) == 0 {
+		handed = handed[1:]
+	}
+	if len(handed) != 2 || !reflect.DeepEqual(handed[0][vf.PCI], verdict0) || len(handed[1]) != 0 {
+		t.Errorf("handed to OnVerdicts: %+v, want the finding %+v, then none", handed, verdict0)
+	}
 }
