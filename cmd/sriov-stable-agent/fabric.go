@@ -28,6 +28,7 @@ import (
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/fabricclient"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/lease"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/ledger"
+	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/nodesync"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/fabric/v1alpha1"
 	"github.com/sriov-stable-cni/sriov-stable-cni/pkg/kubereport"
 )
@@ -218,6 +219,53 @@ func (x fabricCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(fabricVFsDesc, prometheus.GaugeValue, float64(st.VFs))
 	ch <- prometheus.MustNewConstMetric(fabricLeaderDesc, prometheus.GaugeValue, leader)
 	ch <- prometheus.MustNewConstMetric(fabricWritesDesc, prometheus.CounterValue, float64(x.ctl.Writes()))
+}
+
+// nodeFabricCollector exports the node agent's side of the ledger
+// (--fabric-publish): what it published and mirrored, and whether either
+// is failing.
+type nodeFabricCollector struct{ s *nodesync.Syncer }
+
+var (
+	nodeFabricAppliesDesc = prometheus.NewDesc("sriov_stable_fabric_publishes_total",
+		"Applies of this node's NodeVFSet spec (made only when its VFs' identities changed).", nil, nil)
+	nodeFabricReadsDesc = prometheus.NewDesc("sriov_stable_fabric_identity_reads_total",
+		"Readings of this node's VF identities (after doctor runs, port changes and record changes).", nil, nil)
+	nodeFabricPublishedDesc = prometheus.NewDesc("sriov_stable_fabric_last_publish_timestamp_seconds",
+		"Unix time of the last apply of this node's NodeVFSet (0 before the first).", nil, nil)
+	nodeFabricVFsDesc = prometheus.NewDesc("sriov_stable_fabric_published_vfs",
+		"VFs the last reading of this node's identities found.", nil, nil)
+	nodeFabricVerdictsDesc = prometheus.NewDesc("sriov_stable_fabric_verdict_vfs",
+		"This node's VFs with a finding in the fabric controller's verdict, as last mirrored into the state directory.", nil, nil)
+	nodeFabricFailingDesc = prometheus.NewDesc("sriov_stable_fabric_sync_failing",
+		"1 while the last attempt of this work failed (spec: publishing the node's identities, or waiting for its Node's UID; verdicts: mirroring the controller's verdict), else 0.", []string{"work"}, nil)
+)
+
+func (nodeFabricCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{nodeFabricAppliesDesc, nodeFabricReadsDesc, nodeFabricPublishedDesc, nodeFabricVFsDesc,
+		nodeFabricVerdictsDesc, nodeFabricFailingDesc} {
+		ch <- d
+	}
+}
+
+func (x nodeFabricCollector) Collect(ch chan<- prometheus.Metric) {
+	st := x.s.Snapshot()
+	published := 0.0
+	if !st.Published.IsZero() {
+		published = float64(st.Published.UnixNano()) / 1e9
+	}
+	ch <- prometheus.MustNewConstMetric(nodeFabricAppliesDesc, prometheus.CounterValue, float64(st.Applies))
+	ch <- prometheus.MustNewConstMetric(nodeFabricReadsDesc, prometheus.CounterValue, float64(st.Reads))
+	ch <- prometheus.MustNewConstMetric(nodeFabricPublishedDesc, prometheus.GaugeValue, published)
+	ch <- prometheus.MustNewConstMetric(nodeFabricVFsDesc, prometheus.GaugeValue, float64(st.VFs))
+	ch <- prometheus.MustNewConstMetric(nodeFabricVerdictsDesc, prometheus.GaugeValue, float64(st.Verdicts))
+	for _, w := range []string{nodesync.WorkPublish, nodesync.WorkMirror} {
+		failing := 0.0
+		if st.Err[w] != "" {
+			failing = 1
+		}
+		ch <- prometheus.MustNewConstMetric(nodeFabricFailingDesc, prometheus.GaugeValue, failing, w)
+	}
 }
 
 const fabricReportUsage = `usage: sriov-stable-agent fabric report [--kubeconfig FILE | --in-cluster] [--json]

@@ -122,6 +122,9 @@ func runMonitor(ctx context.Context, args []string, stdout, stderr io.Writer) in
 func serve(ctx context.Context, c *cmdline.Command, a *agent, listen string, log *slog.Logger) int {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), a.collector())
+	if a.fabric != nil {
+		reg.MustRegister(nodeFabricCollector{a.fabric})
+	}
 
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -59,10 +60,13 @@ type Config struct {
 	OnVerdicts func(map[string][]state.FabricFinding)
 }
 
-// The work items.
+// The work items, also the keys of Status.Err.
 const (
-	keySpec     = "spec"     // read the identities and publish them
-	keyVerdicts = "verdicts" // mirror the status into the state directory
+	WorkPublish = "spec"     // read the identities and publish them
+	WorkMirror  = "verdicts" // mirror the status into the state directory
+
+	keySpec     = WorkPublish
+	keyVerdicts = WorkMirror
 )
 
 // maxRetry bounds the backoff of a failed publish or mirror.
@@ -98,8 +102,8 @@ type Status struct {
 	Reads     int
 	// VFs is how many VFs the last reading found.
 	VFs int
-	// Err is the last publish's or mirror's failure, cleared by a success
-	// of the same work.
+	// Err is the last publish's or mirror's failure (by WorkPublish,
+	// WorkMirror), cleared by a success of the same work.
 	Err map[string]string
 	// Verdicts is how many of the node's VFs have a finding in the
 	// verdict file as last mirrored.
@@ -154,10 +158,7 @@ func (s *Syncer) Snapshot() Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.status
-	st.Err = make(map[string]string, len(s.status.Err))
-	for k, v := range s.status.Err {
-		st.Err[k] = v
-	}
+	st.Err = maps.Clone(s.status.Err)
 	return st
 }
 
