@@ -26,6 +26,7 @@ const usage = `sriov-stable-agent: node agent for sriov-stable-cni.
   sriov-stable-agent hostconfig [flags]   generate a node's boot setup (VFs, names, GUIDs), apply it, or check a node
   sriov-stable-agent fabric [flags]       the fabric controller: duplicate and invalid VF GUIDs across the cluster
   sriov-stable-agent fabric report        print every duplicate or invalid GUID with its holders
+  sriov-stable-agent bundle -o FILE       collect this node's SR-IOV state for a support case
   sriov-stable-agent install --dir DIR    copy this binary into DIR (node-problem-detector's init container)
   sriov-stable-agent version              version and commit
   sriov-stable-agent help                 this text
@@ -48,6 +49,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"doctor":     runDoctor,
 		"hostconfig": runHostconfig,
 		"fabric":     runFabric,
+		"bundle":     runBundle,
 		"install":    runInstall,
 		"version":    runVersion,
 		"--version":  runVersion,

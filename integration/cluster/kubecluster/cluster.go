@@ -179,6 +179,20 @@ func (c *Cluster) Kubectl(args ...string) (string, error) {
 	return string(out), nil
 }
 
+// KubectlTo runs kubectl as Kubectl does with its standard output to
+// stdout (a binary stream: kubectl exec … -- cmd -o -), and returns what it
+// wrote on standard error.
+func (c *Cluster) KubectlTo(stdout io.Writer, args ...string) (string, error) {
+	cmd := exec.Command(filepath.Join(c.cfg.BinDir, "kubectl"), append([]string{"--kubeconfig", c.PKI.Kubeconfig,
+		"--cache-dir", filepath.Join(runDir, "kubectl-cache")}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stderr.String(), fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, stderr.Bytes())
+	}
+	return stderr.String(), nil
+}
+
 // Ctr runs ctr against the cluster's containerd, in the CRI's namespace
 // k8s.io, and returns what it printed.
 func (c *Cluster) Ctr(args ...string) (string, error) {
