@@ -365,10 +365,3 @@ func tail(path string, limit int64) ([]byte, bool, error) {
 	}
 	return buf, off > 0, nil
 }
-
-// readable reports whether the sysfs root can be listed (a wrong
-// --sysfs-root is one problem, not dozens).
-func readable(root string) error {
-	_, err := os.Stat(filepath.Join(root, "bus", "pci", "devices"))
-	return err
-}

@@ -24,9 +24,11 @@ type function struct {
 type netdev struct {
 	Name      string `json:"name"`
 	Operstate string `json:"operstate"`
-	Carrier   string `json:"carrier"` // "" while the netdev is down (the kernel refuses the read)
+	Up        bool   `json:"up"`
+	Carrier   bool   `json:"carrier"` // false while the netdev is down (the kernel knows none)
 	Address   string `json:"address"`
 	MTU       string `json:"mtu"`
+	Error     string `json:"error,omitempty"`
 }
 
 type rdmaDevice struct {
@@ -53,16 +55,16 @@ const mellanox = "0x15b3"
 // function of SR-IOV (a PF that can have VFs, a VF), each with its host
 // netdevs (state, carrier, MAC, MTU) and RDMA devices (GUIDs, firmware,
 // ports' state and link layer).
-// Equivalent to: for f in /sys/bus/pci/devices/*; do cat $f/{vendor,device,sriov_*}; ls -l $f/{driver,physfn,virtfn*}; cat $f/net/*/{operstate,carrier,address,mtu} $f/infiniband/*/{node_guid,sys_image_guid,fw_ver,ports/*/{state,phys_state,link_layer,gids/0}}; done
+// Equivalent to: for f in /sys/bus/pci/devices/*; do cat $f/{vendor,device,sriov_*}; ls -l $f/{driver,physfn,virtfn*}; cat $f/net/*/{flags,operstate,carrier,address,mtu} $f/infiniband/*/{node_guid,sys_image_guid,fw_ver,ports/*/{state,phys_state,link_layer,gids/0}}; done
 func (b *writer) sysfs(root string) error {
 	if root == "" {
 		return nil
 	}
-	if err := readable(root); err != nil {
-		b.problem("sysfs %s: %v", root, err)
+	r := sysfs.Reader{Root: root}
+	if err := r.Readable(); err != nil {
+		b.problem("%v", err)
 		return nil
 	}
-	r := sysfs.Reader{Root: root}
 	fns, errs, err := r.Functions(nil)
 	if err != nil {
 		b.problem("sysfs %s: %v", root, err)
@@ -81,8 +83,11 @@ func (b *writer) sysfs(root string) error {
 			TotalVFs: f.TotalVFs, NumVFs: f.NumVFs, VFs: f.VFs, Netdevs: []netdev{}, RDMA: []rdmaDevice{}, Error: failed[f.Addr]}
 		for _, name := range f.Netdevs {
 			nd := netdev{Name: name}
-			nd.Operstate, _ = sysfs.ReadAttr(r.PCIPath(f.Addr, "net", name, "operstate"))
-			nd.Carrier, _ = sysfs.ReadAttr(r.PCIPath(f.Addr, "net", name, "carrier"))
+			st, err := r.NetdevState(f.Addr, name)
+			if err != nil {
+				nd.Error = err.Error()
+			}
+			nd.Operstate, nd.Up, nd.Carrier = st.OperState, st.Up, st.Carrier
 			nd.Address, _ = sysfs.ReadAttr(r.PCIPath(f.Addr, "net", name, "address"))
 			nd.MTU, _ = sysfs.ReadAttr(r.PCIPath(f.Addr, "net", name, "mtu"))
 			fn.Netdevs = append(fn.Netdevs, nd)

@@ -170,9 +170,7 @@ func (c *Cluster) vfsAllocatable(n *corev1.Node) error {
 // version) as the cluster's admin and returns its output, for what an
 // operator would see.
 func (c *Cluster) Kubectl(args ...string) (string, error) {
-	cmd := exec.Command(filepath.Join(c.cfg.BinDir, "kubectl"), append([]string{"--kubeconfig", c.PKI.Kubeconfig,
-		"--cache-dir", filepath.Join(runDir, "kubectl-cache")}, args...)...)
-	out, err := cmd.CombinedOutput()
+	out, err := c.kubectl(args).CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
@@ -183,14 +181,19 @@ func (c *Cluster) Kubectl(args ...string) (string, error) {
 // stdout (a binary stream: kubectl exec … -- cmd -o -), and returns what it
 // wrote on standard error.
 func (c *Cluster) KubectlTo(stdout io.Writer, args ...string) (string, error) {
-	cmd := exec.Command(filepath.Join(c.cfg.BinDir, "kubectl"), append([]string{"--kubeconfig", c.PKI.Kubeconfig,
-		"--cache-dir", filepath.Join(runDir, "kubectl-cache")}, args...)...)
+	cmd := c.kubectl(args)
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		return stderr.String(), fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, stderr.Bytes())
 	}
 	return stderr.String(), nil
+}
+
+// kubectl is the real kubectl with the admin's kubeconfig and args.
+func (c *Cluster) kubectl(args []string) *exec.Cmd {
+	return exec.Command(filepath.Join(c.cfg.BinDir, "kubectl"), append([]string{"--kubeconfig", c.PKI.Kubeconfig,
+		"--cache-dir", filepath.Join(runDir, "kubectl-cache")}, args...)...)
 }
 
 // Ctr runs ctr against the cluster's containerd, in the CRI's namespace
