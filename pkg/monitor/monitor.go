@@ -647,8 +647,20 @@ func (m *Monitor) reconcile(recs []*state.Record) {
 		}
 		closing = append(closing, old)
 	}
+	var unlisted []state.Key
 	for key := range m.atts {
 		if !seen[key] {
+			unlisted = append(unlisted, key)
+		}
+	}
+	m.mu.Unlock()
+	// recs may be older than what an event about one file tracked since
+	// (a sweep lists, then checks, then reconciles): drop only what is gone
+	// from the directory now. recMu keeps events out meanwhile.
+	gone := m.goneNow(unlisted)
+	m.mu.Lock()
+	for _, key := range gone {
+		if m.atts[key] != nil {
 			closing = append(closing, m.dropLocked(key))
 		}
 	}
@@ -656,6 +668,20 @@ func (m *Monitor) reconcile(recs []*state.Record) {
 	m.mu.Unlock()
 	m.recMu.Unlock()
 	m.reconciled(added, closing, events)
+}
+
+// goneNow keeps of keys those whose record file holds no record of that
+// key now (removed, or unreadable: the sweep counts those). Call with
+// recMu held, not mu: it reads the files.
+func (m *Monitor) goneNow(keys []state.Key) []state.Key {
+	var out []state.Key
+	for _, k := range keys {
+		if rec, err := m.store.LoadFile(state.FileName(k)); err == nil && rec.Key() == k {
+			continue
+		}
+		out = append(out, k)
+	}
+	return out
 }
 
 // reconcileFile brings the monitor's view of one record file up to date,

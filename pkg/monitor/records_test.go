@@ -193,3 +193,39 @@ func TestRecordEventsOneFile(t *testing.T) {
 	waitNetns("a record under a foreign name", foreign.Key(), foreign.Netns)
 	f.wantValue(t, 1, "sriov_stable_sweeps_total")
 }
+
+// A sweep's listing taken before a record was written, reconciled after an
+// event about that record tracked it, leaves it tracked (CI saw it dropped
+// in TestRecordEventsOneFile); once the file is gone the same reconcile
+// drops it.
+func TestStaleListingKeepsNewRecord(t *testing.T) {
+	f := newFixture(t, Config{Interval: time.Hour})
+	stale, err := f.store.List() // the sweep lists: nothing yet
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := record("ib-a", "c1", filepath.Join(t.TempDir(), "gone"))
+	if err := f.store.Save(r); err != nil {
+		t.Fatal(err)
+	}
+	f.mon.reconcileFile(state.FileName(r.Key())) // the event about it
+	known := func() bool {
+		f.mon.mu.Lock()
+		defer f.mon.mu.Unlock()
+		return f.mon.atts[r.Key()] != nil
+	}
+	if !known() {
+		t.Fatal("the event did not track the record")
+	}
+	f.mon.reconcile(stale) // the sweep reconciles its old listing
+	if !known() {
+		t.Fatal("a sweep's listing older than the record dropped it")
+	}
+	if err := f.store.Delete(r.Key()); err != nil {
+		t.Fatal(err)
+	}
+	f.mon.reconcile(stale)
+	if known() {
+		t.Error("the record deleted, the attachment is still tracked")
+	}
+}
