@@ -9,7 +9,7 @@ GOBUILD  := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 
 export CGO_ENABLED := 0
 
-.PHONY: all build tools demo test test-quick test-unit test-integration vet fmt-check lint lint-tool lab lab-soak cluster-e2e image bench fleet-bench soak fuzz clean
+.PHONY: all build tools helm-tool print-helm chart test-chart demo test test-quick test-unit test-integration vet fmt-check lint lint-tool lab lab-soak cluster-e2e image bench fleet-bench soak fuzz clean
 
 all: build
 
@@ -40,14 +40,19 @@ fmt-check:
 TEST_TMPDIR ?= $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm || echo /tmp)
 
 test-unit:
-	TMPDIR=$(TEST_TMPDIR) $(GO) test -count=1 $$($(GO) list ./... | grep -v /integration/)
+	TMPDIR=$(TEST_TMPDIR) $(GO) test -count=1 $$($(GO) list ./... | grep -v -e /integration/ -e /deploy/helm)
+
+## test-chart: the Helm chart rendered, linted and compared with deploy/'s manifests (deploy/helm/chart_test.go).
+test-chart: helm-tool
+	HELM=$(HELM) $(GO) test -count=1 ./deploy/helm/
 
 ## test-integration: privileged; each test package re-executes itself in private namespaces.
 test-integration: build tools
 	TMPDIR=$(TEST_TMPDIR) CNI_TEST_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 20m ./integration/...
 
-## test-quick: vet, format, unit and privileged integration suites, lint (no QEMU lab).
-test-quick: vet fmt-check test-unit test-integration lint
+## test-quick: vet, format, unit and privileged integration suites, the chart's tests, the two-arch image (make image:
+## its arm64 binaries run under qemu-user, which is not the QEMU lab), lint (no QEMU lab).
+test-quick: vet fmt-check test-unit test-integration test-chart image lint
 
 ## lint: golangci-lint with .golangci.yml (netlink dumps through netlinksafe, funlen, dupl), at the pinned version,
 ## built once into $(TOOLS_CACHE) (outside the repo; make test builds it in the background meanwhile).
@@ -63,20 +68,54 @@ lint-tool:
 	@flock $(dir $(GOLANGCI)).lock sh -c '[ -x $(GOLANGCI) ] || { echo "building golangci-lint $(GOLANGCI_VERSION) into $(dir $(GOLANGCI))"; \
 		GOBIN=$(dir $(GOLANGCI)) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION); }'
 
+## helm-tool: the helm CLI of Helm $(HELM_VERSION), built from Helm's Go library in its own module (tools/helm), for
+## the chart's tests (deploy/helm/chart_test.go) and make chart; cached in $(TOOLS_CACHE) like the linter.
+HELM_VERSION := v4.3.2
+HELM         := $(TOOLS_CACHE)/helm-$(HELM_VERSION)/helm
+helm-tool:
+	@mkdir -p $(dir $(HELM))
+	@flock $(dir $(HELM)).lock sh -c '[ -x $(HELM) ] || { echo "building helm $(HELM_VERSION) into $(dir $(HELM))"; \
+		cd tools/helm && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION)" \
+		-o $(HELM).tmp helm.sh/helm/v4/cmd/helm && mv $(HELM).tmp $(HELM); }'
+
+print-helm:
+	@echo $(HELM)
+
+## chart: lint the Helm chart and package it into bin/; with CHART_REGISTRY=oci://HOST/PATH also push it there as an
+## OCI artifact (helm registry login first when the registry wants one).
+CHART_DIR      := deploy/helm/sriov-stable-cni
+CHART_REGISTRY ?=
+chart: helm-tool
+	$(HELM) lint --strict $(CHART_DIR)
+	@mkdir -p $(BIN)
+	$(HELM) package $(CHART_DIR) --destination $(BIN)
+	@if [ -n "$(CHART_REGISTRY)" ]; then $(HELM) push $(BIN)/sriov-stable-cni-$$(sed -n 's/^version: //p' $(CHART_DIR)/Chart.yaml).tgz $(CHART_REGISTRY); fi
+
 ## test: every test: test-quick, then the QEMU SR-IOV lab and the Kubernetes e2e, whose upstream components build
 ## meanwhile in the background at idle priority (integration/test-all.sh).
 test:
 	MAKE='$(MAKE)' bash integration/test-all.sh
 
-## image: the container image as an OCI archive, built without a container engine (tools/mkimage), then inspected by a test.
+## image: the container image as one OCI image index (an OCI layout archive) of a linux/amd64 and a linux/arm64 image,
+## cross-built static (GOARCH, no emulation) and written without a container engine (tools/mkimage); then the tests
+## inspect it and run the arm64 binaries under qemu-user (qemu-aarch64-static; skipped when missing unless CI is set).
+## The host arch's image holds exactly `make build`'s binaries, which the cluster e2e compares against.
 IMAGE             ?= ghcr.io/sriov-stable-cni/sriov-stable-cni
 IMAGE_TAG         ?= $(VERSION)
 IMAGE_TAR         := $(BIN)/sriov-stable-cni-image.tar
+IMAGE_ARCHS       := amd64 arm64
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 image: build
-	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./tools/mkimage -binary $(BIN)/sriov-stable-cni \
-		-agent $(BIN)/sriov-stable-agent -ref $(IMAGE):$(IMAGE_TAG) -version $(VERSION) -arch $$($(GO) env GOARCH) -out $(IMAGE_TAR)
-	MKIMAGE_ARCHIVE=$(IMAGE_TAR) MKIMAGE_BINARY=$(BIN)/sriov-stable-cni MKIMAGE_AGENT=$(BIN)/sriov-stable-agent $(GO) test -count=1 -run '^TestImageArchive$$' ./tools/mkimage
+	@set -e; for a in $(IMAGE_ARCHS); do \
+		echo "building linux/$$a into $(BIN)/linux-$$a"; \
+		GOOS=linux GOARCH=$$a $(GOBUILD) -o $(BIN)/linux-$$a/sriov-stable-cni ./cmd/sriov-stable-cni; \
+		GOOS=linux GOARCH=$$a $(GOBUILD) -o $(BIN)/linux-$$a/sriov-stable-agent ./cmd/sriov-stable-agent; \
+	done
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./tools/mkimage \
+		$(foreach a,$(IMAGE_ARCHS),-platform linux/$(a)=$(BIN)/linux-$(a)/sriov-stable-cni,$(BIN)/linux-$(a)/sriov-stable-agent) \
+		-ref $(IMAGE):$(IMAGE_TAG) -version $(VERSION) -out $(IMAGE_TAR)
+	MKIMAGE_ARCHIVE=$(IMAGE_TAR) MKIMAGE_BINARY=$(BIN)/sriov-stable-cni MKIMAGE_AGENT=$(BIN)/sriov-stable-agent \
+		$(GO) test -count=1 -v -run '^(TestImageArchive|TestArm64UnderQemu)$$' ./tools/mkimage
 
 ## lab: the QEMU SR-IOV lab (docs/lab.md): real igbvf VFs, the chain through libcni and Multus.
 lab:

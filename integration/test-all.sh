@@ -26,9 +26,10 @@ setsid chrt --idle 0 ionice -c 3 bash "$ROOT/integration/cluster/build.sh" "$out
 	multus runc containerd etcd kubernetes kubectl kube-proxy >"$log" 2>&1 &
 bg=$!
 say "building the cluster e2e's components in the background (SCHED_IDLE, pid $bg)"
-# The linter make test-quick runs last, built the same way (make lint-tool
-# waits for this build, under its lock, if it is not done by then).
-setsid chrt --idle 0 ionice -c 3 "$MAKE" -C "$ROOT" --no-print-directory lint-tool >"$out.lint.log" 2>&1 &
+# The helm CLI the chart's tests use and the linter make test-quick runs
+# last, built the same way (make helm-tool and make lint-tool wait
+# for this build, under their locks, if it is not done by then).
+setsid chrt --idle 0 ionice -c 3 "$MAKE" -C "$ROOT" --no-print-directory helm-tool lint-tool >"$out.lint.log" 2>&1 &
 lintbg=$!
 
 stop_bg() {

@@ -51,7 +51,7 @@ func TestMain(m *testing.M) {
 func checkFlags() error {
 	var missing []string
 	for name, v := range map[string]string{"cluster.bin": *binDir, "cluster.work": *workDir, "cluster.images": *imageDir,
-		"cluster.version-a": *versionA, "cluster.version-b": *versionB, "cluster.nad-crd": *nadCRD} {
+		"cluster.version-a": *versionA, "cluster.version-b": *versionB, "cluster.nad-crd": *nadCRD, "cluster.helm": *helmBin} {
 		if v == "" {
 			missing = append(missing, "-"+name)
 		}

@@ -89,12 +89,14 @@ main() {
 	say "phase build"
 	bash "$HERE/build.sh" "$WORK/bin"
 	build_images
+	make -C "$ROOT" --no-print-directory helm-tool
+	HELM=$(make -C "$ROOT" -s --no-print-directory print-helm)
 	build_test
 	t2=$(now)
 	say "phase run"
 	args=(-test.v -test.timeout="${TIMEOUT}s" -cluster.bin="$WORK/bin" -cluster.work="$WORK"
 		-cluster.images="$WORK/images" -cluster.version-a="$VERSION_A" -cluster.version-b="$VERSION_B"
-		-cluster.nad-crd="$(nad_crd)" -cluster.repo="$ROOT"
+		-cluster.nad-crd="$(nad_crd)" -cluster.repo="$ROOT" -cluster.helm="$HELM"
 		-cluster.churn-cycles="${CLUSTER_CHURN_CYCLES:-100}" -cluster.latency-pods="${CLUSTER_LATENCY_PODS:-20}")
 	[ -z "${CLUSTER_RUN:-}" ] || args+=(-test.run="${CLUSTER_RUN}")
 	set +e

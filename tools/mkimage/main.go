@@ -1,10 +1,20 @@
 // Command mkimage builds the sriov-stable-cni container image without a
-// container engine: an empty (scratch) base plus one layer holding the static
-// binaries under /usr/bin, written as an OCI image layout tar archive that
-// skopeo, podman, crane or `ctr import` can push or load. It is a build tool;
-// its go-containerregistry dependency never reaches the CNI binary.
+// container engine: per platform, an empty (scratch) base plus one layer
+// holding the static binaries under /usr/bin, written as an OCI image layout
+// tar archive that skopeo, podman, crane or `ctr import` can push or load. It
+// is a build tool; its go-containerregistry dependency never reaches the CNI
+// binary.
 //
-//	mkimage -binary bin/sriov-stable-cni -agent bin/sriov-stable-agent \
+// One platform gives the image itself (index.json points at its manifest):
+//
+//	mkimage -binary bin/sriov-stable-cni -agent bin/sriov-stable-agent -arch amd64 \
+//	        -ref ghcr.io/sriov-stable-cni/sriov-stable-cni:v0.1.0 -out bin/sriov-stable-cni-image.tar
+//
+// Several, each -platform OS/ARCH=CNI,AGENT, give an image index of one image
+// per platform (index.json points at the index), as `make image` builds it:
+//
+//	mkimage -platform linux/amd64=bin/linux-amd64/sriov-stable-cni,bin/linux-amd64/sriov-stable-agent \
+//	        -platform linux/arm64=bin/linux-arm64/sriov-stable-cni,bin/linux-arm64/sriov-stable-agent \
 //	        -ref ghcr.io/sriov-stable-cni/sriov-stable-cni:v0.1.0 -out bin/sriov-stable-cni-image.tar
 //
 // The output is reproducible: file times come from SOURCE_DATE_EPOCH (0 when
@@ -24,6 +34,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -54,15 +65,21 @@ const (
 	annotationContainerdName = "io.containerd.image.name"
 )
 
-// options is one image build.
+// platformBinaries is one platform's image content.
+type platformBinaries struct {
+	Arch   string // GOARCH of the binaries; the OS is always linux
+	Binary string // the CNI binary, installed as /usr/bin/sriov-stable-cni
+	Agent  string // agent binary, /usr/bin/sriov-stable-agent (the monitor DaemonSet runs it)
+}
+
+// options is one archive build: one platform gives an image, several an
+// image index.
 type options struct {
-	Binary  string    // the CNI binary, installed as /usr/bin/sriov-stable-cni
-	Agent   string    // agent binary, /usr/bin/sriov-stable-agent (the monitor DaemonSet runs it)
-	Ref     string    // full image reference with a tag
-	Out     string    // the OCI layout tar archive to write
-	Arch    string    // GOARCH of the binaries
-	Version string    // org.opencontainers.image.version label
-	Created time.Time // file and config times
+	Platforms []platformBinaries
+	Ref       string    // full image reference with a tag
+	Out       string    // the OCI layout tar archive to write
+	Version   string    // org.opencontainers.image.version label
+	Created   time.Time // file and config times
 }
 
 func main() {
@@ -86,11 +103,20 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fl := flag.NewFlagSet("mkimage", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	var o options
-	fl.StringVar(&o.Binary, "binary", "", "static sriov-stable-cni binary (required)")
-	fl.StringVar(&o.Agent, "agent", "", "static sriov-stable-agent binary (required: the monitor DaemonSet runs it from the image)")
+	var single platformBinaries
+	fl.StringVar(&single.Binary, "binary", "", "static sriov-stable-cni binary (one platform; or use -platform)")
+	fl.StringVar(&single.Agent, "agent", "", "static sriov-stable-agent binary (one platform: the monitor DaemonSet runs it from the image)")
+	fl.StringVar(&single.Arch, "arch", runtime.GOARCH, "architecture -binary and -agent were built for")
+	fl.Func("platform", "`linux/ARCH=CNI,AGENT`: one platform's binaries; repeat for an image index (not with -binary, -agent, -arch)",
+		func(v string) error {
+			p, err := parsePlatform(v)
+			if err == nil {
+				o.Platforms = append(o.Platforms, p)
+			}
+			return err
+		})
 	fl.StringVar(&o.Ref, "ref", "ghcr.io/sriov-stable-cni/sriov-stable-cni:dev", "image reference recorded in the archive")
 	fl.StringVar(&o.Out, "out", "", "OCI layout tar archive to write (required)")
-	fl.StringVar(&o.Arch, "arch", runtime.GOARCH, "architecture the binaries were built for")
 	fl.StringVar(&o.Version, "version", "dev", "version label")
 	if err := fl.Parse(args); err != nil {
 		return o, err
@@ -98,8 +124,21 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if fl.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q", fl.Arg(0))
 	}
-	if o.Binary == "" || o.Agent == "" || o.Out == "" {
-		return o, errors.New("-binary, -agent and -out are required")
+	var singleSet bool
+	fl.Visit(func(f *flag.Flag) {
+		singleSet = singleSet || f.Name == "binary" || f.Name == "agent" || f.Name == "arch"
+	})
+	switch {
+	case len(o.Platforms) > 0 && singleSet:
+		return o, errors.New("-platform cannot be combined with -binary, -agent or -arch")
+	case len(o.Platforms) == 0:
+		if single.Binary == "" || single.Agent == "" {
+			return o, errors.New("-binary and -agent (or -platform) are required")
+		}
+		o.Platforms = []platformBinaries{single}
+	}
+	if o.Out == "" {
+		return o, errors.New("-out is required")
 	}
 	created, err := sourceDateEpoch(os.Getenv("SOURCE_DATE_EPOCH"))
 	if err != nil {
@@ -107,6 +146,20 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	o.Created = created
 	return o, nil
+}
+
+// parsePlatform reads one -platform value, linux/ARCH=CNI,AGENT.
+func parsePlatform(v string) (platformBinaries, error) {
+	plat, bins, ok := strings.Cut(v, "=")
+	osName, arch, okPlat := strings.Cut(plat, "/")
+	cni, agent, okBins := strings.Cut(bins, ",")
+	if !ok || !okPlat || !okBins || arch == "" || cni == "" || agent == "" {
+		return platformBinaries{}, fmt.Errorf("-platform %q: want linux/ARCH=CNI,AGENT", v)
+	}
+	if osName != "linux" {
+		return platformBinaries{}, fmt.Errorf("-platform %q: the plugin runs on linux only, not %q", v, osName)
+	}
+	return platformBinaries{Arch: arch, Binary: cni, Agent: agent}, nil
 }
 
 // sourceDateEpoch reads the reproducible-builds timestamp; unset means 0.
@@ -121,32 +174,87 @@ func sourceDateEpoch(s string) (time.Time, error) {
 	return time.Unix(sec, 0).UTC(), nil
 }
 
-// build writes the archive and returns the image manifest digest.
+// build writes the archive and returns the digest index.json points at: the
+// image manifest's for one platform, the image index's for several.
 func build(o options) (v1.Hash, error) {
 	ref, err := name.NewTag(o.Ref, name.StrictValidation)
 	if err != nil {
 		return v1.Hash{}, fmt.Errorf("image reference %q: %w", o.Ref, err)
 	}
-	if o.Agent == "" {
-		return v1.Hash{}, errors.New("no sriov-stable-agent binary given: the monitor DaemonSet runs it from this image")
+	if len(o.Platforms) == 0 {
+		return v1.Hash{}, errors.New("no platform given")
 	}
-	files := []layerFile{{path: cniPath, src: o.Binary}, {path: agentPath, src: o.Agent}}
-	layerTar, err := makeLayerTar(files, o.Created)
+	seen := map[string]bool{}
+	var images []platformImage
+	for _, p := range o.Platforms {
+		if seen[p.Arch] {
+			return v1.Hash{}, fmt.Errorf("platform linux/%s given twice", p.Arch)
+		}
+		seen[p.Arch] = true
+		img, err := platformImageOf(p, o)
+		if err != nil {
+			return v1.Hash{}, err
+		}
+		images = append(images, img)
+	}
+	var top layoutEntry
+	if len(images) == 1 {
+		top = images[0]
+	} else {
+		top = makeIndex(images)
+	}
+	digest, err := top.Digest()
 	if err != nil {
-		return v1.Hash{}, err
+		return v1.Hash{}, fmt.Errorf("digest: %w", err)
 	}
-	img, err := makeImage(layerTar, o)
-	if err != nil {
-		return v1.Hash{}, err
-	}
-	digest, err := img.Digest()
-	if err != nil {
-		return v1.Hash{}, fmt.Errorf("image digest: %w", err)
-	}
-	if err := writeArchive(img, ref, o); err != nil {
+	if err := writeArchive(top, ref, o); err != nil {
 		return v1.Hash{}, err
 	}
 	return digest, nil
+}
+
+// platformImage is one platform's image and the platform it runs on.
+type platformImage struct {
+	v1.Image
+	platform v1.Platform
+}
+
+// layoutEntry is what index.json points at: a platformImage or an image index.
+type layoutEntry interface {
+	Digest() (v1.Hash, error)
+}
+
+// platformImageOf builds the image of one platform's binaries.
+func platformImageOf(p platformBinaries, o options) (platformImage, error) {
+	if p.Agent == "" {
+		return platformImage{}, errors.New("no sriov-stable-agent binary given: the monitor DaemonSet runs it from this image")
+	}
+	if p.Arch == "" {
+		return platformImage{}, fmt.Errorf("no architecture given for %s", p.Binary)
+	}
+	files := []layerFile{{path: cniPath, src: p.Binary}, {path: agentPath, src: p.Agent}}
+	layerTar, err := makeLayerTar(files, o.Created)
+	if err != nil {
+		return platformImage{}, err
+	}
+	img, err := makeImage(layerTar, p.Arch, o)
+	if err != nil {
+		return platformImage{}, fmt.Errorf("linux/%s: %w", p.Arch, err)
+	}
+	return platformImage{Image: img, platform: v1.Platform{OS: "linux", Architecture: p.Arch}}, nil
+}
+
+// makeIndex is the OCI image index of images, each descriptor carrying its
+// platform, so a runtime pulls or unpacks only its own.
+func makeIndex(images []platformImage) v1.ImageIndex {
+	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	for _, img := range images {
+		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{
+			Add:        img.Image,
+			Descriptor: v1.Descriptor{MediaType: types.OCIManifestSchema1, Platform: &img.platform},
+		})
+	}
+	return idx
 }
 
 type layerFile struct{ path, src string }
@@ -211,7 +319,7 @@ func writeDirs(tw *tar.Writer, dirs map[string]bool, mtime time.Time) error {
 
 // makeImage puts the layer on an empty base with OCI media types and sets
 // the entrypoint, platform and labels.
-func makeImage(layerTar []byte, o options) (v1.Image, error) {
+func makeImage(layerTar []byte, arch string, o options) (v1.Image, error) {
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(layerTar)), nil
 	}, tarball.WithMediaType(types.OCILayer))
@@ -226,7 +334,7 @@ func makeImage(layerTar []byte, o options) (v1.Image, error) {
 	}
 	cfg = cfg.DeepCopy()
 	cfg.OS = "linux"
-	cfg.Architecture = o.Arch
+	cfg.Architecture = arch
 	cfg.Created = v1.Time{Time: o.Created}
 	cfg.Config.Entrypoint = entrypoint
 	cfg.Config.Cmd = defaultCmd
@@ -249,10 +357,11 @@ func makeImage(layerTar []byte, o options) (v1.Image, error) {
 	return img, nil
 }
 
-// writeArchive writes img as an OCI image layout into a scratch directory,
-// then tars that directory into o.Out through a temporary file and a rename,
-// so a failed build never leaves a truncated archive under the final name.
-func writeArchive(img v1.Image, ref name.Tag, o options) (err error) {
+// writeArchive writes top (an image or an index) as an OCI image layout into a
+// scratch directory, then tars that directory into o.Out through a temporary
+// file and a rename, so a failed build never leaves a truncated archive under
+// the final name.
+func writeArchive(top layoutEntry, ref name.Tag, o options) (err error) {
 	scratch, err := os.MkdirTemp("", "mkimage-layout-")
 	if err != nil {
 		return fmt.Errorf("scratch dir: %w", err)
@@ -262,12 +371,18 @@ func writeArchive(img v1.Image, ref name.Tag, o options) (err error) {
 	if err != nil {
 		return fmt.Errorf("write OCI layout: %w", err)
 	}
-	err = p.AppendImage(img,
-		layout.WithAnnotations(map[string]string{
-			annotationRefName:        ref.TagStr(),
-			annotationContainerdName: ref.Name(),
-		}),
-		layout.WithPlatform(v1.Platform{OS: "linux", Architecture: o.Arch}))
+	annotations := layout.WithAnnotations(map[string]string{
+		annotationRefName:        ref.TagStr(),
+		annotationContainerdName: ref.Name(),
+	})
+	switch top := top.(type) {
+	case platformImage:
+		err = p.AppendImage(top.Image, annotations, layout.WithPlatform(top.platform))
+	case v1.ImageIndex:
+		err = p.AppendIndex(top, annotations)
+	default:
+		err = fmt.Errorf("unexpected %T", top)
+	}
 	if err != nil {
 		return fmt.Errorf("write image into OCI layout: %w", err)
 	}
