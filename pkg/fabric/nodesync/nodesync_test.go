@@ -134,23 +134,32 @@ func TestMirrorsTheVerdict(t *testing.T) {
 	if f.Kind != string(v1alpha1.DuplicateNodeGUID) || !f.Second || f.GUID != vf.NodeGUID || !slices.Contains(f.Others, "gpu-b/0000:18:00.2") {
 		t.Errorf("verdict %+v, want DuplicateNodeGUID %s, second, gpu-b/0000:18:00.2 the other holder", f, vf.NodeGUID)
 	}
-	if got := s.Snapshot().Verdicts; got != 1 {
-		t.Errorf("snapshot: %d VFs with a verdict, want 1", got)
-	}
+	// The snapshot's count is set after the state file is written.
+	waitFor(t, "the snapshot counting 1 VF with a verdict", func() bool { return s.Snapshot().Verdicts == 1 })
 
 	api.Put(t, "gpu-b", v1alpha1.VF{PCI: "0000:18:00.2", NodeGUID: "a288:c2ff:fe99:0001", Since: metav1.NewTime(time.Now())})
 	waitFor(t, "the verdict cleared", func() bool {
 		v, err := store.LoadFabricVerdicts()
 		return err == nil && len(v.VFs) == 0
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	// The first mirror (no object yet: no findings) may come before the
-	// finding; then the finding, then its clearing.
-	if len(handed) > 0 && len(handed[0]) == 0 {
-		handed = handed[1:]
+	// OnVerdicts is called after the state file is written: wait for the
+	// clearing to be handed too. The first mirror (no object yet: no
+	// findings) may come before the finding; then the finding, then its
+	// clearing.
+	calls := func() []map[string][]state.FabricFinding {
+		mu.Lock()
+		defer mu.Unlock()
+		h := slices.Clone(handed)
+		if len(h) > 0 && len(h[0]) == 0 {
+			h = h[1:]
+		}
+		return h
 	}
-	if len(handed) != 2 || !reflect.DeepEqual(handed[0][vf.PCI], verdict0) || len(handed[1]) != 0 {
-		t.Errorf("handed to OnVerdicts: %+v, want the finding %+v, then none", handed, verdict0)
+	waitFor(t, "the clearing handed to OnVerdicts", func() bool {
+		h := calls()
+		return len(h) >= 2 && len(h[len(h)-1]) == 0
+	})
+	if h := calls(); len(h) != 2 || !reflect.DeepEqual(h[0][vf.PCI], verdict0) || len(h[1]) != 0 {
+		t.Errorf("handed to OnVerdicts: %+v, want the finding %+v, then none", h, verdict0)
 	}
 }
