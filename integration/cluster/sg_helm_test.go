@@ -80,6 +80,10 @@ func TestSGHelmChart(t *testing.T) {
 		}
 	}
 
+	// Deployed through kustomize by the scenarios before, the objects would
+	// meet their field manager in the dry run: remove them first.
+	c.removeKustomizeDaemonSet(t)
+
 	// Server-side dry-run of everything but the ServiceMonitor, whose CRD
 	// (the Prometheus Operator's) this cluster does not serve.
 	all, err := c.helm(append([]string{"template", helmRelease, chart, "--namespace", daemonSetNamespace,
@@ -93,7 +97,7 @@ func TestSGHelmChart(t *testing.T) {
 	if err := os.WriteFile(rendered, []byte(all), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := c.Kubectl("apply", "--server-side", "--dry-run=server", "-f", rendered)
+	out, err := c.Kubectl("apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", rendered)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,8 +106,6 @@ func TestSGHelmChart(t *testing.T) {
 		t.Fatalf("server dry run accepted %d objects of %d rendered, want all (at least 15):\n%s", n, docs, out)
 	}
 	t.Logf("server-side dry run: all %d objects of the chart accepted", docs)
-
-	c.removeKustomizeDaemonSet(t)
 
 	start := time.Now()
 	if _, err := c.helm(append([]string{"install", helmRelease, chart, "--namespace", daemonSetNamespace,
